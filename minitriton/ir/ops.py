@@ -1,0 +1,470 @@
+"""The op set of the tile IR, declared in one table: what each op means and what it requires.
+
+Each entry is an OpSpec: a one-line meaning, traits, and a `check` function that raises VerifyError when the op is
+malformed. The verifier (verifier.py) calls the checks; the interpreter (interpreter/) and the codegen give the ops
+their behaviour, following the meanings written here.
+
+Conventions for tile (pre-layout) IR:
+- A "tile" is a `tensor<...>` of power-of-two dims; scalars are plain types. Elementwise ops take operands of one
+  identical type (the frontend inserts casts, splats and broadcasts), except where noted.
+- Integer signedness lives in the type (i32 vs ui32): div, rem, shr, cmp and casts follow it.
+- Float math on f16/bf16 is computed in f32 and rounded back to the operand type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .core import Operation
+from .types import FunctionType, PointerType, ScalarType, TensorType, Type, with_scalar, i1
+
+
+class VerifyError(Exception):
+    """An op breaks its contract. The message names the op and its source location."""
+
+
+def fail(op: Operation, msg: str) -> None:
+    where = f" at {op.loc}" if op.loc else ""
+    raise VerifyError(f"'{op.name}'{where}: {msg}")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    doc: str
+    check: Callable[[Operation], None]
+    pure: bool = True  # no side effects: CSE may merge it and DCE may drop it when unused
+    terminator: bool = False
+    regions: int = 0
+    traits: frozenset[str] = field(default_factory=frozenset)
+
+
+OPS: dict[str, OpSpec] = {}
+
+
+def op(name: str, doc: str, *, pure: bool = True, terminator: bool = False, regions: int = 0,
+       traits: tuple[str, ...] = ()) -> Callable[[Callable[[Operation], None]], Callable[[Operation], None]]:
+    """Declare an op: the decorated function is its structural check."""
+
+    def register(check: Callable[[Operation], None]) -> Callable[[Operation], None]:
+        OPS[name] = OpSpec(name, doc, check, pure, terminator, regions, frozenset(traits))
+        return check
+
+    return register
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def counts(o: Operation, operands: int | tuple[int, ...], results: int | tuple[int, ...]) -> None:
+    ok_ops = operands if isinstance(operands, tuple) else (operands,)
+    ok_res = results if isinstance(results, tuple) else (results,)
+    if len(o.operands) not in ok_ops:
+        fail(o, f"expects {' or '.join(map(str, ok_ops))} operands, got {len(o.operands)}")
+    if len(o.results) not in ok_res:
+        fail(o, f"expects {' or '.join(map(str, ok_res))} results, got {len(o.results)}")
+
+
+def attr(o: Operation, key: str, kind: type | tuple[type, ...]) -> object:
+    if key not in o.attrs:
+        fail(o, f"missing attribute '{key}'")
+    v = o.attrs[key]
+    if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+        fail(o, f"attribute '{key}' = {v!r} has the wrong kind")
+    return v
+
+
+def same_types(o: Operation, types: list[Type], what: str = "operands") -> None:
+    if len({strip(t) for t in types}) > 1:
+        fail(o, f"{what} must have one type, got {', '.join(map(str, types))}")
+
+
+def strip(t: Type) -> Type:
+    """The type without its layout encoding (layouts may differ only where an op says so)."""
+    return t.with_encoding(None) if isinstance(t, TensorType) else t
+
+
+def shape_of(t: Type) -> tuple[int, ...]:
+    return t.shape
+
+
+def scalar_kind(o: Operation, t: Type, *, floats: bool = True, ints: bool = True, ptrs: bool = False) -> None:
+    s = t.scalar
+    if isinstance(s, PointerType):
+        if not ptrs:
+            fail(o, f"does not take pointers, got {t}")
+        return
+    if s.is_float and not floats:
+        fail(o, f"needs integer operands, got {t}")
+    if s.is_int and not ints:
+        fail(o, f"needs floating-point operands, got {t}")
+
+
+# ------------------------------------------------------------------------------------------- structure
+
+
+@op("builtin.module", "The top level; one region holding mt.func kernels.", pure=False, regions=1)
+def _module(o: Operation) -> None:
+    counts(o, 0, 0)
+
+
+@op("mt.func", "A kernel. Entry block args are its parameters; attrs sym_name, function_type, arg_names.",
+    pure=False, regions=1)
+def _func(o: Operation) -> None:
+    counts(o, 0, 0)
+    attr(o, "sym_name", str)
+    ftype = attr(o, "function_type", FunctionType)
+    args = o.regions[0].block.args
+    if [a.type for a in args] != list(ftype.inputs):  # type: ignore[union-attr]
+        fail(o, "entry block arguments do not match function_type")
+    names = o.attrs.get("arg_names")
+    if names is not None and len(names) != len(args):
+        fail(o, "arg_names has the wrong length")
+
+
+@op("mt.return", "Ends a kernel.", pure=False, terminator=True)
+def _return(o: Operation) -> None:
+    counts(o, 0, 0)
+
+
+# -------------------------------------------------------------------------------------- values, indices
+
+
+@op("mt.constant", "A number (attr `value`: int, float or bool); a tensor result holds it in every element.")
+def _constant(o: Operation) -> None:
+    counts(o, 0, 1)
+    v = attr(o, "value", (int, float, bool))
+    s = o.result.type.scalar
+    if isinstance(s, PointerType):
+        fail(o, "constants cannot be pointers")
+    if isinstance(v, float) and not s.is_float:
+        fail(o, f"float value {v} for integer type {s}")
+
+
+@op("mt.program_id", "The program's index along grid axis `axis` (0, 1 or 2), as i32.")
+def _program_id(o: Operation) -> None:
+    counts(o, 0, 1)
+    if attr(o, "axis", int) not in (0, 1, 2):
+        fail(o, "axis must be 0, 1 or 2")
+    if o.result.type != ScalarType("i32"):
+        fail(o, "result must be i32")
+
+
+OPS["mt.num_programs"] = OpSpec("mt.num_programs", "The grid's size along axis `axis`, as i32.", _program_id)
+
+
+@op("mt.arange", "tensor<N x i32> holding start, start+1, ..., end-1 (attrs start, end; N a power of two).")
+def _arange(o: Operation) -> None:
+    counts(o, 0, 1)
+    start, end = attr(o, "start", int), attr(o, "end", int)
+    t = o.result.type
+    if not isinstance(t, TensorType) or t.shape != (end - start,) or t.element != ScalarType("i32"):  # type: ignore
+        fail(o, f"result must be tensor<{end - start}xi32>")  # type: ignore[operator]
+
+
+# -------------------------------------------------------------------------------------------- shapes
+
+
+@op("mt.splat", "A tensor holding the scalar operand in every element.")
+def _splat(o: Operation) -> None:
+    counts(o, 1, 1)
+    src, res = o.operands[0].type, o.result.type
+    if src.is_tensor or not res.is_tensor or src != res.scalar:
+        fail(o, f"splats a scalar to a tensor of its type, got {src} -> {res}")
+
+
+@op("mt.broadcast", "Repeats size-1 dims of the operand to the result's shape (same rank).")
+def _broadcast(o: Operation) -> None:
+    counts(o, 1, 1)
+    src, res = o.operands[0].type, o.result.type
+    if not (src.is_tensor and res.is_tensor) or len(src.shape) != len(res.shape) or src.scalar != res.scalar:
+        fail(o, f"bad broadcast {src} -> {res}")
+    for a, b in zip(src.shape, res.shape):
+        if a != b and a != 1:
+            fail(o, f"cannot broadcast {src} to {res}")
+
+
+@op("mt.expand_dims", "Inserts a dim of size 1 at attr `axis`.")
+def _expand_dims(o: Operation) -> None:
+    counts(o, 1, 1)
+    axis = attr(o, "axis", int)
+    src, res = o.operands[0].type, o.result.type
+    shape = list(src.shape)
+    shape.insert(axis, 1)  # type: ignore[arg-type]
+    if not src.is_tensor or tuple(shape) != res.shape or src.scalar != res.scalar:
+        fail(o, f"bad expand_dims {src} -> {res} at axis {axis}")
+
+
+@op("mt.reshape", "The same elements in row-major order, in the result's shape.")
+def _reshape(o: Operation) -> None:
+    counts(o, 1, 1)
+    src, res = o.operands[0].type, o.result.type
+    if not (src.is_tensor and res.is_tensor) or src.numel != res.numel or src.scalar != res.scalar:  # type: ignore
+        fail(o, f"bad reshape {src} -> {res}")
+
+
+@op("mt.trans", "Permutes dims: result dim i is operand dim order[i] (attr `order`).")
+def _trans(o: Operation) -> None:
+    counts(o, 1, 1)
+    order = list(attr(o, "order", (list, tuple)))  # type: ignore[arg-type]
+    src, res = o.operands[0].type, o.result.type
+    if sorted(order) != list(range(len(src.shape))) or tuple(src.shape[i] for i in order) != res.shape:
+        fail(o, f"bad trans {src} -> {res} with order {order}")
+
+
+# -------------------------------------------------------------------------------------------- memory
+
+
+@op("mt.addptr", "Pointer plus an integer offset counted in elements of the pointee (elementwise).")
+def _addptr(o: Operation) -> None:
+    counts(o, 2, 1)
+    p, off = o.operands[0].type, o.operands[1].type
+    if not p.is_pointer or off.scalar.is_pointer or not off.scalar.is_int or shape_of(p) != shape_of(off):  # type: ignore
+        fail(o, f"adds an integer offset of the pointer's shape to a pointer, got {p}, {off}")
+    if strip(o.result.type) != strip(p):
+        fail(o, "result must have the pointer's type")
+
+
+@op("mt.load", "Reads pointee values; operands (ptr[, mask[, other]]). Masked-off lanes give `other` (else 0).",
+    pure=False)
+def _load(o: Operation) -> None:
+    counts(o, (1, 2, 3), 1)
+    p = o.operands[0].type
+    if not p.is_pointer:
+        fail(o, f"first operand must be a pointer, got {p}")
+    want = with_scalar(p, p.scalar.pointee)  # type: ignore[union-attr]
+    if strip(o.result.type) != strip(want):
+        fail(o, f"result must be {want}")
+    if len(o.operands) > 1 and strip(o.operands[1].type) != strip(with_scalar(p, i1)):
+        fail(o, f"mask must be {with_scalar(p, i1)}")
+    if len(o.operands) > 2 and strip(o.operands[2].type) != strip(want):
+        fail(o, f"other must be {want}")
+
+
+@op("mt.store", "Writes values; operands (ptr, value[, mask]). Masked-off lanes write nothing.", pure=False)
+def _store(o: Operation) -> None:
+    counts(o, (2, 3), 0)
+    p, v = o.operands[0].type, o.operands[1].type
+    if not p.is_pointer or strip(v) != strip(with_scalar(p, p.scalar.pointee)):  # type: ignore[union-attr]
+        fail(o, f"stores {p} <- {v}: value must match the pointee and shape")
+    if len(o.operands) > 2 and strip(o.operands[2].type) != strip(with_scalar(p, i1)):
+        fail(o, f"mask must be {with_scalar(p, i1)}")
+
+
+@op("mt.atomic_add", "Atomically adds `value` at ptr and returns the old values; (ptr, value[, mask]).", pure=False)
+def _atomic_add(o: Operation) -> None:
+    counts(o, (2, 3), 1)
+    _store(Operation("mt.store", o.operands, [], loc=o.loc))
+    if strip(o.result.type) != strip(o.operands[1].type):
+        fail(o, "result must have the value's type")
+
+
+# ---------------------------------------------------------------------------------------- elementwise
+
+
+def _elementwise(o: Operation, n: int, **kinds: bool) -> None:
+    counts(o, n, 1)
+    types = [v.type for v in o.operands] + [o.result.type]
+    same_types(o, types, "operands and result")
+    scalar_kind(o, types[0], **kinds)
+
+
+def _binary(name: str, doc: str, **kinds: bool) -> None:
+    OPS[name] = OpSpec(name, doc, lambda o: _elementwise(o, 2, **kinds), traits=frozenset({"elementwise"}))
+
+
+def _unary(name: str, doc: str, **kinds: bool) -> None:
+    OPS[name] = OpSpec(name, doc, lambda o: _elementwise(o, 1, **kinds), traits=frozenset({"elementwise"}))
+
+
+_binary("mt.add", "a + b (integers wrap).")
+_binary("mt.sub", "a - b (integers wrap).")
+_binary("mt.mul", "a * b (integers wrap).")
+_binary("mt.div", "a / b: IEEE division for floats, truncation toward zero for integers (C semantics).")
+_binary("mt.rem", "Remainder with the sign of a (C fmod / %); x % 0 is undefined for integers.")
+_binary("mt.maximum", "max(a, b); for floats a NaN operand yields the other operand (PTX max.f32).")
+_binary("mt.minimum", "min(a, b); for floats a NaN operand yields the other operand (PTX min.f32).")
+_binary("mt.and", "Bitwise and (logical for i1).", floats=False)
+_binary("mt.or", "Bitwise or (logical for i1).", floats=False)
+_binary("mt.xor", "Bitwise xor (logical for i1).", floats=False)
+_binary("mt.shl", "a << b; shifts of the bit width or more give 0.", floats=False)
+_binary("mt.shr", "a >> b: arithmetic for signed, logical for unsigned types; over-wide shifts saturate.",
+        floats=False)
+_binary("mt.pow", "a ** b for floats.", ints=False)
+_unary("mt.neg", "-a.")
+_unary("mt.not", "Bitwise not (~a; logical not for i1).", floats=False)
+_unary("mt.abs", "|a|.")
+for _name, _doc in [
+    ("exp", "e ** a"), ("exp2", "2 ** a"), ("log", "natural log"), ("log2", "log base 2"), ("sqrt", "square root"),
+    ("rsqrt", "1 / sqrt(a)"), ("sigmoid", "1 / (1 + exp(-a))"), ("sin", "sine"), ("cos", "cosine"),
+    ("tanh", "hyperbolic tangent"), ("floor", "round toward -inf"), ("ceil", "round toward +inf"),
+    ("erf", "error function"),
+]:
+    _unary(f"mt.{_name}", f"{_doc} (floats; f16/bf16 computed in f32).", ints=False)
+
+
+@op("mt.fma", "a * b + c, fused (one rounding) for floats.", traits=("elementwise",))
+def _fma(o: Operation) -> None:
+    _elementwise(o, 3, ints=False)
+
+
+CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+@op("mt.cmp", "Compares a and b with attr `predicate` (eq ne lt le gt ge); i1 result of the operands' shape.",
+    traits=("elementwise",))
+def _cmp(o: Operation) -> None:
+    counts(o, 2, 1)
+    same_types(o, [v.type for v in o.operands])
+    if attr(o, "predicate", str) not in CMP_PREDICATES:
+        fail(o, f"predicate must be one of {CMP_PREDICATES}")
+    if strip(o.result.type) != strip(with_scalar(o.operands[0].type, i1)):
+        fail(o, "result must be i1 of the operands' shape")
+
+
+@op("mt.select", "cond ? a : b elementwise; cond is i1 of the same shape.", traits=("elementwise",))
+def _select(o: Operation) -> None:
+    counts(o, 3, 1)
+    c, a, b = (v.type for v in o.operands)
+    same_types(o, [a, b, o.result.type], "values and result")
+    if strip(c) != strip(with_scalar(a, i1)):
+        fail(o, f"condition must be {with_scalar(a, i1)}, got {c}")
+
+
+@op("mt.cast", "Converts values to the result's element type: floats round to nearest even, float -> int truncates "
+    "toward zero and saturates (NaN -> 0), int -> int wraps, x -> i1 is x != 0.", traits=("elementwise",))
+def _cast(o: Operation) -> None:
+    counts(o, 1, 1)
+    src, res = o.operands[0].type, o.result.type
+    if src.shape != res.shape or src.is_pointer or res.is_pointer:
+        fail(o, f"bad cast {src} -> {res}")
+
+
+@op("mt.bitcast", "Reinterprets the bits as the result's element type (same bit width; pointers <-> i64).",
+    traits=("elementwise",))
+def _bitcast(o: Operation) -> None:
+    counts(o, 1, 1)
+    src, res = o.operands[0].type, o.result.type
+
+    def bits(t: Type) -> int:
+        return 64 if t.is_pointer else t.scalar.bits  # type: ignore[union-attr]
+
+    if src.shape != res.shape or bits(src) != bits(res):
+        fail(o, f"bitcast needs equal bit widths and shapes, got {src} -> {res}")
+
+
+# ----------------------------------------------------------------------------------- reductions, dot
+
+REDUCE_KINDS = ("sum", "max", "min")
+
+
+@op("mt.reduce", "Combines along attr `axis` with attr `kind` (sum max min) in the element type; the axis is "
+    "removed (a scalar when none is left).")
+def _reduce(o: Operation) -> None:
+    counts(o, 1, 1)
+    src = o.operands[0].type
+    axis = attr(o, "axis", int)
+    if attr(o, "kind", str) not in REDUCE_KINDS:
+        fail(o, f"kind must be one of {REDUCE_KINDS}")
+    if not src.is_tensor or not 0 <= axis < len(src.shape):  # type: ignore[operator]
+        fail(o, f"axis {axis} out of range for {src}")
+    shape = src.shape[:axis] + src.shape[axis + 1:]  # type: ignore[operator]
+    if strip(o.result.type) != strip(TensorType(shape, src.scalar) if shape else src.scalar):
+        fail(o, f"result of reducing {src} over axis {axis} must have shape {shape}")
+
+
+@op("mt.scan", "Inclusive prefix combine along attr `axis` with attr `kind` (sum max min); same type.")
+def _scan(o: Operation) -> None:
+    counts(o, 1, 1)
+    src = o.operands[0].type
+    axis = attr(o, "axis", int)
+    if attr(o, "kind", str) not in REDUCE_KINDS:
+        fail(o, f"kind must be one of {REDUCE_KINDS}")
+    if not src.is_tensor or not 0 <= axis < len(src.shape) or strip(src) != strip(o.result.type):  # type: ignore
+        fail(o, f"bad scan of {src} over axis {axis}")
+
+
+DOT_PRECISIONS = ("ieee", "tf32")
+
+
+@op("mt.dot", "acc + a @ b for 2-D tiles: a MxK, b KxN (f16/bf16/f32, same type), acc MxN f32. Products are exact, "
+    "sums in f32. Attr `input_precision`: 'ieee', or 'tf32' (f32 inputs rounded to tf32 first).")
+def _dot(o: Operation) -> None:
+    counts(o, 3, 1)
+    a, b, c = (v.type for v in o.operands)
+    if not all(t.is_tensor and len(t.shape) == 2 for t in (a, b, c)):
+        fail(o, "operands must be 2-D tiles")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2 or c.shape != (m, n) or strip(o.result.type) != strip(c):
+        fail(o, f"shape mismatch: {a} @ {b} + {c}")
+    if a.scalar != b.scalar or a.scalar.name not in ("f16", "bf16", "f32"):  # type: ignore[union-attr]
+        fail(o, f"a and b must both be f16, bf16 or f32, got {a.scalar} and {b.scalar}")
+    if c.scalar != ScalarType("f32"):
+        fail(o, "the accumulator must be f32")
+    if o.attrs.get("input_precision", "ieee") not in DOT_PRECISIONS:
+        fail(o, f"input_precision must be one of {DOT_PRECISIONS}")
+
+
+# -------------------------------------------------------------------------------------- control flow
+
+
+@op("scf.for", "for iv in range(lb, ub, step) with carried values: operands (lb, ub, step, *init); the body "
+    "block takes (iv, *carried) and ends in scf.yield(*next); results are the final carried values. step > 0.",
+    pure=False, regions=1)
+def _for(o: Operation) -> None:
+    if len(o.operands) < 3:
+        fail(o, "needs lb, ub and step")
+    lb, ub, step = (v.type for v in o.operands[:3])
+    if not (lb == ub == step and isinstance(lb, ScalarType) and lb.is_int):
+        fail(o, f"lb, ub and step must be one integer type, got {lb}, {ub}, {step}")
+    inits = [v.type for v in o.operands[3:]]
+    block = o.regions[0].block
+    if [a.type for a in block.args] != [lb] + inits:
+        fail(o, "body arguments must be (iv, *carried) matching the operands")
+    _yields(o, block, inits)
+    if [strip(r.type) for r in o.results] != [strip(t) for t in inits]:
+        fail(o, "results must match the carried values")
+
+
+@op("scf.if", "if cond (i1 scalar): then-region else else-region; each ends in scf.yield of the results.",
+    pure=False, regions=2)
+def _if(o: Operation) -> None:
+    counts(o, 1, tuple(range(len(o.results) + 1)))
+    if o.operands[0].type != i1:
+        fail(o, f"condition must be an i1 scalar, got {o.operands[0].type}")
+    for region in o.regions:
+        _yields(o, region.block, [r.type for r in o.results])
+
+
+@op("scf.while", "Loop: the before-region (args = carried) ends in scf.condition(c, *fwd); if c, the after-region "
+    "(args = fwd) ends in scf.yield(*next carried); results are the last fwd.", pure=False, regions=2)
+def _while(o: Operation) -> None:
+    before, after = o.regions[0].block, o.regions[1].block
+    if [a.type for a in before.args] != [v.type for v in o.operands]:
+        fail(o, "before-region arguments must match the operands")
+    cond = before.terminator
+    if cond is None or cond.name != "scf.condition":
+        fail(o, "before-region must end in scf.condition")
+    fwd = [v.type for v in cond.operands[1:]]  # type: ignore[union-attr]
+    if [a.type for a in after.args] != fwd or [r.type for r in o.results] != fwd:
+        fail(o, "after-region arguments and results must match scf.condition's forwarded values")
+    _yields(o, after, [v.type for v in o.operands])
+
+
+@op("scf.yield", "Ends a region of scf.for / scf.if / scf.while with its values.", pure=False, terminator=True)
+def _yield(o: Operation) -> None:
+    counts(o, tuple(range(len(o.operands) + 1)), 0)
+
+
+@op("scf.condition", "Ends scf.while's before-region: (cond, *forwarded).", pure=False, terminator=True)
+def _condition(o: Operation) -> None:
+    if not o.operands or o.operands[0].type != i1:
+        fail(o, "first operand must be an i1 condition")
+
+
+def _yields(o: Operation, block, types: list[Type]) -> None:  # type: ignore[no-untyped-def]
+    t = block.terminator
+    if t is None or t.name != "scf.yield":
+        fail(o, "region must end in scf.yield")
+    if [strip(v.type) for v in t.operands] != [strip(x) for x in types]:
+        fail(o, f"yields ({', '.join(str(v.type) for v in t.operands)}), expected ({', '.join(map(str, types))})")
