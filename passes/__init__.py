@@ -1,4 +1,7 @@
 """IR -> IR passes, one per file, each registered by name (see registry.py)."""
 from .registry import PASSES, get_pass, register_pass, run_passes
 
+# Importing a pass module registers its pass.
+from . import canonicalize, constant_fold, cse, dce  # noqa: E402,F401  (canonicalization passes)
+
 __all__ = ["PASSES", "get_pass", "register_pass", "run_passes"]

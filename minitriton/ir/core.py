@@ -154,8 +154,13 @@ class Operation:
 
     def replace_all_uses(self, old: Value, new: Value) -> None:
         """Rewrite every use of `old` inside this op's regions (and operands) to `new`."""
+        self.replace_uses({old: new})
+
+    def replace_uses(self, mapping: dict[Value, Value]) -> None:
+        """Rewrite, in one walk, every use inside this op's regions (and operands) of a key of `mapping` to its
+        value. Passes that replace many values collect them first, so the cost stays linear in the IR size."""
         for op in self.walk():
-            op.operands = [new if v is old else v for v in op.operands]
+            op.operands = [mapping.get(v, v) for v in op.operands]
 
     def __repr__(self) -> str:
         return f"<Operation {self.name} at {self.loc}>"

@@ -1,0 +1,559 @@
+"""The meaning of the language's operations: type promotion, broadcasting, checks, and the IR they emit.
+
+The AST visitor (ast_to_ir.py) hands every expression here. Values are either Python constants (folded in Python,
+"weakly typed": `x * 2.0` keeps x's float type) or `TileValue`s wrapping an IR value (a scalar or a tile).
+Every user mistake raises CompilationError; the visitor adds the source location.
+
+Promotion (as in Triton): float beats int; the wider float wins and f16 with bf16 gives f32; among ints the wider
+wins and, at equal width, unsigned wins; `/` on integers computes in f32; `//` and `%` on integers truncate (C).
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Any, Sequence
+
+from minitriton.errors import CompilationError
+from minitriton.ir import Builder, Value
+from minitriton.ir.numeric import round_float, wrap_int
+from minitriton.ir.types import (PointerType, ScalarType, TensorType, Type, bf16, f16, f32, f64, i1, i32, i64,
+                                 is_power_of_two, with_scalar)
+
+Number = (int, float, bool)
+INF = builtins.float("inf")
+
+
+class TileValue:
+    """A frontend value backed by an IR value: a scalar or a tile. `x.to(...)`, `x.shape` etc. live here."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Value):
+        self.handle = handle
+
+    @property
+    def type(self) -> Type:
+        return self.handle.type
+
+    @property
+    def dtype(self) -> ScalarType | PointerType:
+        return self.handle.type.scalar
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.handle.type.shape
+
+    @property
+    def is_tile(self) -> bool:
+        return self.handle.type.is_tensor
+
+    def __repr__(self) -> str:
+        return f"<{self.type}>"
+
+
+def error(msg: str) -> CompilationError:
+    return CompilationError(msg)
+
+
+def describe(x: Any) -> str:
+    if isinstance(x, TileValue):
+        return str(x.type)
+    return f"{type(x).__name__} {x!r}"
+
+
+def promote_scalars(a: ScalarType, b: ScalarType) -> ScalarType:
+    """The common type of two element types."""
+    if a == b:
+        return a
+    if a.is_float or b.is_float:
+        if not (a.is_float and b.is_float):
+            return a if a.is_float else b
+        if {a.name, b.name} == {"f16", "bf16"}:
+            return f32
+        return a if a.bits >= b.bits else b
+    if a.is_bool:
+        return b
+    if b.is_bool:
+        return a
+    if a.bits != b.bits:
+        return a if a.bits > b.bits else b
+    return a if not a.is_signed else b
+
+
+def python_constant_type(c: Any) -> ScalarType:
+    if isinstance(c, bool):
+        return i1
+    if isinstance(c, int):
+        return i32 if -2**31 <= c < 2**31 else i64
+    return f32
+
+
+def weak_type(c: Any, other: ScalarType) -> ScalarType:
+    """The type a Python constant takes next to a value of type `other`."""
+    if isinstance(c, bool):
+        return other if not other.is_float else other
+    if isinstance(c, int):
+        if other.is_float:
+            return other
+        if other.is_bool:
+            return python_constant_type(c)
+        if c >= 2**(other.bits - (1 if other.is_signed else 0)) or (c < 0 and not other.is_signed and other.bits < 32):
+            return promote_scalars(other, python_constant_type(c))
+        return other
+    return other if other.is_float else f32
+
+
+class Semantic:
+    """Emits IR for language operations through `builder`."""
+
+    def __init__(self, builder: Builder):
+        self.b = builder
+
+    # ---------------------------------------------------------------------------------- constants
+
+    def constant(self, value: Any, ty: Type) -> TileValue:
+        s = ty.scalar
+        if isinstance(s, PointerType):
+            raise error(f"cannot make a pointer from the constant {value!r}")
+        if s.is_float:
+            v: Any = round_float(value, s)  # the IR holds the value its type can represent
+        elif s.is_bool:
+            v = bool(value)
+        else:
+            if isinstance(value, builtins.float) and (value != value or value in (INF, -INF)):
+                raise error(f"the constant {value!r} cannot be converted to the integer type {s}")
+            v = int(value)
+            if isinstance(value, builtins.float) and value != v:
+                raise error(f"the constant {value!r} is not an integer of type {s}")
+            v = wrap_int(v, s)
+        return TileValue(self.b.create1("mt.constant", [], ty, value=v))
+
+    def to_value(self, x: Any, like: ScalarType | None = None) -> TileValue:
+        """A TileValue for x; Python constants take the type they would next to `like`."""
+        if isinstance(x, TileValue):
+            return x
+        if isinstance(x, Number):
+            ty = weak_type(x, like) if like is not None else python_constant_type(x)
+            return self.constant(x, ty)
+        raise error(f"expected a number, scalar or tile, got {describe(x)}")
+
+    # ---------------------------------------------------------------------------------- indices
+
+    def program_id(self, axis: Any) -> TileValue:
+        axis = self.static_int(axis, "axis")
+        if axis not in (0, 1, 2):
+            raise error(f"program_id axis must be 0, 1 or 2, got {axis}")
+        return TileValue(self.b.create1("mt.program_id", [], i32, axis=axis))
+
+    def num_programs(self, axis: Any) -> TileValue:
+        axis = self.static_int(axis, "axis")
+        if axis not in (0, 1, 2):
+            raise error(f"num_programs axis must be 0, 1 or 2, got {axis}")
+        return TileValue(self.b.create1("mt.num_programs", [], i32, axis=axis))
+
+    def arange(self, start: Any, end: Any) -> TileValue:
+        start, end = self.static_int(start, "arange start"), self.static_int(end, "arange end")
+        n = end - start
+        if not is_power_of_two(n):
+            raise error(f"arange({start}, {end}) has {n} elements; tile sizes must be powers of two")
+        return TileValue(self.b.create1("mt.arange", [], TensorType((n,), i32), start=start, end=end))
+
+    def static_int(self, x: Any, what: str) -> int:
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise error(f"{what} must be a compile-time integer (a literal or an mt.constexpr), got {describe(x)}")
+        return x
+
+    def static_shape(self, shape: Any) -> tuple[int, ...]:
+        if isinstance(shape, int):
+            shape = (shape,)
+        if not isinstance(shape, (tuple, list)):
+            raise error(f"a shape must be a tuple of compile-time integers, got {describe(shape)}")
+        dims = tuple(self.static_int(d, "a shape dimension") for d in shape)
+        for d in dims:
+            if not is_power_of_two(d):
+                raise error(f"shape {dims}: tile dimensions must be powers of two")
+        return dims
+
+    def full(self, shape: Any, value: Any, dtype: Any) -> TileValue:
+        dims = self.static_shape(shape)
+        dtype = self.check_dtype(dtype)
+        ty = TensorType(dims, dtype) if dims else dtype
+        if isinstance(value, Number):
+            return self.constant(value, ty)
+        v = self.cast(self.to_value(value), dtype)
+        if v.is_tile:
+            raise error(f"full() takes a scalar value, got {describe(value)}")
+        return self.splat(v, dims) if dims else v
+
+    def check_dtype(self, dtype: Any) -> ScalarType:
+        if not isinstance(dtype, ScalarType):
+            raise error(f"expected a dtype such as mt.float32, got {describe(dtype)}")
+        return dtype
+
+    # ---------------------------------------------------------------------------------- shapes
+
+    def splat(self, x: TileValue, shape: tuple[int, ...]) -> TileValue:
+        return TileValue(self.b.create1("mt.splat", [x.handle], TensorType(shape, x.dtype)))
+
+    def expand_dims(self, x: Any, axis: Any) -> TileValue:
+        x = self.to_value(x)
+        axis = self.static_int(axis, "axis")
+        if not x.is_tile:
+            x = self.splat(x, (1,))
+            if axis in (0, -1):
+                return x
+            raise error(f"axis {axis} out of range for a scalar")
+        rank = len(x.shape)
+        if not -rank - 1 <= axis <= rank:
+            raise error(f"expand_dims axis {axis} out of range for shape {x.shape}")
+        axis %= rank + 1
+        shape = list(x.shape)
+        shape.insert(axis, 1)
+        return TileValue(self.b.create1("mt.expand_dims", [x.handle], TensorType(tuple(shape), x.dtype), axis=axis))
+
+    def broadcast_to(self, x: Any, shape: Any) -> TileValue:
+        x = self.to_value(x)
+        dims = self.static_shape(shape)
+        if not x.is_tile:
+            return self.splat(x, dims)
+        if x.shape == dims:
+            return x
+        if len(x.shape) > len(dims):
+            raise error(f"cannot broadcast shape {x.shape} to {dims}")
+        while len(x.shape) < len(dims):
+            x = self.expand_dims(x, 0)
+        for a, b in zip(x.shape, dims):
+            if a != b and a != 1:
+                raise error(f"cannot broadcast shape {x.shape} to {dims}")
+        return TileValue(self.b.create1("mt.broadcast", [x.handle], TensorType(dims, x.dtype)))
+
+    def broadcast_shapes(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+        rank = builtins.max(len(s) for s in shapes)
+        out = []
+        for i in range(rank):
+            dims = {s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0}
+            dims.discard(1)
+            if len(dims) > 1:
+                pretty = " and ".join(str(s) for s in shapes)
+                raise error(f"shapes {pretty} cannot be broadcast together")
+            out.append(dims.pop() if dims else 1)
+        return tuple(out)
+
+    def broadcast_all(self, *xs: TileValue) -> list[TileValue]:
+        shapes = [x.shape for x in xs if x.is_tile]
+        if not shapes:
+            return list(xs)
+        shape = self.broadcast_shapes(*shapes)
+        return [self.broadcast_to(x, shape) for x in xs]
+
+    def reshape(self, x: Any, shape: Any) -> TileValue:
+        x = self.to_value(x)
+        dims = self.static_shape(shape)
+        n = 1
+        for d in dims:
+            n *= d
+        numel = x.handle.type.numel if x.is_tile else 1  # type: ignore[union-attr]
+        if n != numel:
+            raise error(f"cannot reshape {x.shape} ({numel} elements) to {dims} ({n} elements)")
+        if not x.is_tile:
+            return self.splat(x, dims)
+        if dims == x.shape:
+            return x
+        return TileValue(self.b.create1("mt.reshape", [x.handle], TensorType(dims, x.dtype)))
+
+    def trans(self, x: Any, dims: Sequence[int]) -> TileValue:
+        x = self.to_value(x)
+        if not x.is_tile:
+            raise error("trans needs a tile")
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        order = [self.static_int(d, "a dim") for d in dims] if dims else list(range(len(x.shape)))[::-1]
+        if sorted(order) != list(range(len(x.shape))):
+            raise error(f"trans order {order} is not a permutation of the dims of {x.shape}")
+        shape = tuple(x.shape[i] for i in order)
+        return TileValue(self.b.create1("mt.trans", [x.handle], TensorType(shape, x.dtype), order=order))
+
+    # ---------------------------------------------------------------------------------- casts
+
+    def cast(self, x: Any, dtype: Any, bitcast: bool = False) -> TileValue:
+        dtype = self.check_dtype(dtype)
+        if isinstance(x, Number):
+            return self.constant(x, dtype) if not bitcast else self.cast(self.to_value(x), dtype, True)
+        x = self.to_value(x)
+        src = x.dtype
+        if src == dtype:
+            return x
+        if isinstance(src, PointerType):
+            if bitcast and dtype.bits == 64:
+                return TileValue(self.b.create1("mt.bitcast", [x.handle], with_scalar(x.type, dtype)))
+            raise error(f"cannot convert a pointer ({x.type}) to {dtype}")
+        if bitcast:
+            if src.bits != dtype.bits:
+                raise error(f"bitcast needs equal bit widths: {src} has {src.bits} bits, {dtype} has {dtype.bits}")
+            return TileValue(self.b.create1("mt.bitcast", [x.handle], with_scalar(x.type, dtype)))
+        return TileValue(self.b.create1("mt.cast", [x.handle], with_scalar(x.type, dtype)))
+
+    def unify(self, a: Any, b: Any, what: str) -> tuple[TileValue, TileValue]:
+        """Give two operands one element type and one shape (scalars splat only when the other is a tile)."""
+        if not isinstance(a, TileValue) and not isinstance(b, TileValue):
+            raise error(f"{what} needs a scalar or tile operand")
+        for x in (a, b):
+            if not isinstance(x, (TileValue,) + Number):
+                raise error(f"unsupported operand for {what}: {describe(x)}")
+        if isinstance(a, TileValue) and isinstance(a.dtype, PointerType) or \
+                isinstance(b, TileValue) and isinstance(b.dtype, PointerType):
+            raise error(f"{what} is not defined on pointers ({describe(a)}, {describe(b)})")
+        ta = a.dtype if isinstance(a, TileValue) else None
+        tb = b.dtype if isinstance(b, TileValue) else None
+        if ta is None:
+            ty = weak_type(a, tb)  # type: ignore[arg-type]
+        elif tb is None:
+            ty = weak_type(b, ta)
+        else:
+            ty = promote_scalars(ta, tb)  # type: ignore[arg-type]
+        va, vb = self.cast(a, ty), self.cast(b, ty)
+        va, vb = self.broadcast_all(va, vb)
+        return va, vb
+
+    # ---------------------------------------------------------------------------------- arithmetic
+
+    def binary(self, op: str, a: Any, b: Any) -> Any:
+        """a <op> b for op in add sub mul div floordiv rem and or xor shl shr maximum minimum pow."""
+        if op in ("add", "sub") and (self.is_pointer(a) or self.is_pointer(b)):
+            return self.pointer_arith(op, a, b)
+        if op == "div":
+            return self.true_div(a, b)
+        x, y = self.unify(a, b, OP_SYMBOLS.get(op, op))
+        s = x.dtype
+        if op in ("and", "or", "xor", "shl", "shr") and s.is_float:  # type: ignore[union-attr]
+            raise error(f"'{OP_SYMBOLS[op]}' needs integer operands, got {x.type} and {y.type}")
+        if op == "floordiv":
+            if s.is_float:  # type: ignore[union-attr]
+                raise error("'//' is only defined on integers here; use mt.floor(a / b) for floats")
+            op = "div"
+        if op == "pow" and not s.is_float:  # type: ignore[union-attr]
+            raise error("'**' needs floating-point operands")
+        return TileValue(self.b.create1(f"mt.{op}", [x.handle, y.handle], x.type))
+
+    def true_div(self, a: Any, b: Any) -> TileValue:
+        x, y = self.unify(a, b, "/")
+        if not x.dtype.is_float:  # type: ignore[union-attr]
+            x, y = self.cast(x, f32), self.cast(y, f32)
+        return TileValue(self.b.create1("mt.div", [x.handle, y.handle], x.type))
+
+    def is_pointer(self, x: Any) -> bool:
+        return isinstance(x, TileValue) and isinstance(x.dtype, PointerType)
+
+    def pointer_arith(self, op: str, a: Any, b: Any) -> TileValue:
+        if self.is_pointer(b):
+            if op == "sub":
+                raise error("pointer subtraction (int - pointer or pointer - pointer) is not supported")
+            a, b = b, a
+        if self.is_pointer(b):
+            raise error("cannot add two pointers")
+        off = self.to_value(b)
+        if off.dtype.is_float or isinstance(off.dtype, PointerType):  # type: ignore[union-attr]
+            raise error(f"pointer offsets must be integers, got {off.type}")
+        if off.dtype.is_bool or off.dtype.bits < 32:  # type: ignore[union-attr]
+            off = self.cast(off, i32)
+        if op == "sub":
+            off = TileValue(self.b.create1("mt.neg", [off.handle], off.type))
+        p, off = self.broadcast_all(a, off)
+        return TileValue(self.b.create1("mt.addptr", [p.handle, off.handle], p.type))
+
+    def compare(self, pred: str, a: Any, b: Any) -> TileValue:
+        x, y = self.unify(a, b, CMP_SYMBOLS[pred])
+        return TileValue(self.b.create1("mt.cmp", [x.handle, y.handle], with_scalar(x.type, i1), predicate=pred))
+
+    def neg(self, x: Any) -> TileValue:
+        x = self.to_value(x)
+        if isinstance(x.dtype, PointerType):
+            raise error("cannot negate a pointer")
+        return TileValue(self.b.create1("mt.neg", [x.handle], x.type))
+
+    def invert(self, x: Any) -> TileValue:
+        x = self.to_value(x)
+        if isinstance(x.dtype, PointerType) or x.dtype.is_float:
+            raise error(f"'~' needs integer operands, got {x.type}")
+        return TileValue(self.b.create1("mt.not", [x.handle], x.type))
+
+    def logical_not(self, x: TileValue) -> TileValue:
+        return TileValue(self.b.create1("mt.not", [self.to_bool(x).handle], with_scalar(x.type, i1)))
+
+    def to_bool(self, x: Any) -> TileValue:
+        """x != 0 for numbers, x itself for i1."""
+        x = self.to_value(x)
+        if x.dtype == i1:
+            return x
+        if isinstance(x.dtype, PointerType):
+            raise error("a pointer cannot be used as a condition")
+        return self.compare("ne", x, 0)
+
+    def unary_math(self, name: str, x: Any) -> TileValue:
+        x = self.to_value(x, like=f32)
+        if isinstance(x.dtype, PointerType):
+            raise error(f"mt.{name} is not defined on pointers")
+        if not x.dtype.is_float:
+            x = self.cast(x, f32)
+        return TileValue(self.b.create1(f"mt.{name}", [x.handle], x.type))
+
+    def abs(self, x: Any) -> Any:
+        if isinstance(x, Number):
+            return builtins.abs(x)
+        x = self.to_value(x)
+        if isinstance(x.dtype, PointerType):
+            raise error("mt.abs is not defined on pointers")
+        return TileValue(self.b.create1("mt.abs", [x.handle], x.type))
+
+    def fma(self, x: Any, y: Any, z: Any) -> TileValue:
+        a, b = self.unify(x, y, "fma")
+        a, c = self.unify(a, z, "fma")
+        a, b = self.unify(a, b, "fma")
+        if not a.dtype.is_float:  # type: ignore[union-attr]
+            raise error("mt.fma needs floating-point operands")
+        return TileValue(self.b.create1("mt.fma", [a.handle, b.handle, c.handle], a.type))
+
+    def cdiv(self, x: Any, y: Any) -> Any:
+        if isinstance(x, int) and isinstance(y, int):
+            return -(-x // y)
+        return self.binary("floordiv", self.binary("sub", self.binary("add", x, y), 1), y)
+
+    def where(self, cond: Any, x: Any, y: Any) -> Any:
+        if isinstance(cond, Number):
+            return x if cond else y
+        c = self.to_bool(cond)
+        if isinstance(x, TileValue) and isinstance(x.dtype, PointerType):
+            if not (isinstance(y, TileValue) and y.dtype == x.dtype):
+                raise error(f"where() needs two pointers of one type, got {describe(x)} and {describe(y)}")
+            a, b = x, y
+            c, a, b = self.broadcast_all(c, a, b)
+        else:
+            a, b = self.unify(x, y, "where")
+            c, a, b = self.broadcast_all(c, a, b)
+        return TileValue(self.b.create1("mt.select", [c.handle, a.handle, b.handle], a.type))
+
+    # ---------------------------------------------------------------------------------- memory
+
+    def pointer_operand(self, p: Any, what: str) -> TileValue:
+        if not self.is_pointer(p):
+            raise error(f"{what} needs a pointer or a tile of pointers, got {describe(p)}")
+        return p
+
+    def mask_operand(self, mask: Any, p: TileValue) -> tuple[TileValue, TileValue]:
+        m = self.to_bool(mask)
+        p, m = self.broadcast_all(p, m)
+        return p, m
+
+    def load(self, pointer: Any, mask: Any, other: Any) -> TileValue:
+        p = self.pointer_operand(pointer, "load")
+        operands = [p]
+        if mask is not None:
+            p, m = self.mask_operand(mask, p)
+            operands = [p, m]
+            if other is not None:
+                o = self.cast(other, p.dtype.pointee)  # type: ignore[union-attr]
+                p, m, o = self.broadcast_all(p, m, o)
+                operands = [p, m, o]
+        elif other is not None:
+            raise error("load(..., other=...) needs a mask")
+        ty = with_scalar(p.type, p.dtype.pointee)  # type: ignore[union-attr]
+        return TileValue(self.b.create1("mt.load", [v.handle for v in operands], ty))
+
+    def store(self, pointer: Any, value: Any, mask: Any) -> None:
+        p = self.pointer_operand(pointer, "store")
+        v = self.cast(value, p.dtype.pointee)  # type: ignore[union-attr]
+        if v.is_tile and (not p.is_tile or self.broadcast_shapes(p.shape, v.shape) != p.shape):
+            raise error(f"cannot store a value of shape {v.shape} through pointers of shape {p.shape}")
+        operands = [p, v]
+        if mask is not None:
+            m = self.to_bool(mask)
+            operands = self.broadcast_all(p, v, m)
+        else:
+            operands = self.broadcast_all(p, v)
+        self.b.create("mt.store", [o.handle for o in operands])
+
+    def atomic_add(self, pointer: Any, value: Any, mask: Any) -> TileValue:
+        p = self.pointer_operand(pointer, "atomic_add")
+        v = self.cast(value, p.dtype.pointee)  # type: ignore[union-attr]
+        operands = self.broadcast_all(p, v) if mask is None else self.broadcast_all(p, v, self.to_bool(mask))
+        return TileValue(self.b.create1("mt.atomic_add", [o.handle for o in operands], operands[1].type))
+
+    # ---------------------------------------------------------------------------------- reductions
+
+    def accumulation_type(self, s: ScalarType) -> ScalarType:
+        if s.is_float:
+            return f32 if s.bits < 32 else s
+        return i32 if s.bits < 32 else s
+
+    def normalize_axis(self, axis: Any, rank: int) -> int:
+        axis = self.static_int(axis, "axis")
+        if not -rank <= axis < rank:
+            raise error(f"axis {axis} is out of range for a tile of rank {rank}")
+        return axis % rank
+
+    def reduce(self, x: Any, axis: Any, kind: str, keep_dims: bool) -> TileValue:
+        x = self.to_value(x)
+        if isinstance(x.dtype, PointerType):
+            raise error(f"cannot reduce pointers with {kind}")
+        if not x.is_tile:
+            raise error(f"mt.{kind} needs a tile, got the scalar {x.type}")
+        if kind == "sum":
+            x = self.cast(x, self.accumulation_type(x.dtype))  # type: ignore[arg-type]
+        if axis is None:
+            shape = x.shape
+            flat = self.reshape(x, (x.handle.type.numel,))  # type: ignore[union-attr]
+            r = self.reduce_axis(flat, 0, kind)
+            if keep_dims:
+                return self.reshape(r, (1,) * len(shape))
+            return r
+        ax = self.normalize_axis(axis, len(x.shape))
+        r = self.reduce_axis(x, ax, kind)
+        return self.expand_dims(r, ax) if keep_dims else r
+
+    def reduce_axis(self, x: TileValue, axis: int, kind: str) -> TileValue:
+        shape = x.shape[:axis] + x.shape[axis + 1:]
+        ty = TensorType(shape, x.dtype) if shape else x.dtype
+        return TileValue(self.b.create1("mt.reduce", [x.handle], ty, axis=axis, kind=kind))
+
+    def scan(self, x: Any, axis: Any, kind: str) -> TileValue:
+        x = self.to_value(x)
+        if not x.is_tile or isinstance(x.dtype, PointerType):
+            raise error(f"cumulative {kind} needs a tile of numbers, got {x.type}")
+        if kind == "sum":
+            x = self.cast(x, self.accumulation_type(x.dtype))  # type: ignore[arg-type]
+        ax = self.normalize_axis(axis, len(x.shape))
+        return TileValue(self.b.create1("mt.scan", [x.handle], x.type, axis=ax, kind=kind))
+
+    def dot(self, a: Any, b: Any, acc: Any, input_precision: Any) -> TileValue:
+        a, b = self.to_value(a), self.to_value(b)
+        for name, t in (("a", a), ("b", b)):
+            if not t.is_tile or len(t.shape) != 2:
+                raise error(f"dot operand {name} must be a 2-D tile, got {t.type}")
+            if t.dtype not in (f16, bf16, f32):
+                raise error(f"dot operand {name} must be f16, bf16 or f32, got {t.dtype}")
+        if a.dtype != b.dtype:
+            raise error(f"dot operands must have one dtype, got {a.dtype} and {b.dtype}; cast one with .to()")
+        (m, k), (k2, n) = a.shape, b.shape
+        if k != k2:
+            raise error(f"dot shapes do not match: a is {m}x{k}, b is {k2}x{n}")
+        if acc is None:
+            c = self.full((m, n), 0.0, f32)
+        else:
+            c = self.to_value(acc)
+            if c.shape != (m, n) or c.dtype != f32:
+                raise error(f"dot accumulator must be an f32 tile of shape {(m, n)}, got {c.type}")
+        precision = input_precision if input_precision is not None else "ieee"
+        if precision not in ("ieee", "tf32"):
+            raise error(f"input_precision must be 'ieee' or 'tf32', got {precision!r}")
+        return TileValue(self.b.create1("mt.dot", [a.handle, b.handle, c.handle], c.type,
+                                        input_precision=precision))
+
+    def static_assert(self, condition: Any, message: str) -> None:
+        if isinstance(condition, TileValue):
+            raise error("static_assert needs a compile-time condition")
+        if not condition:
+            raise error(f"static_assert failed: {message}" if message else "static_assert failed")
+
+
+OP_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "rem": "%", "and": "&", "or": "|",
+              "xor": "^", "shl": "<<", "shr": ">>", "pow": "**", "maximum": "maximum", "minimum": "minimum"}
+CMP_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

@@ -1,0 +1,122 @@
+"""Tile ops that are pure functions of their operands: constants, arange, shape ops, reduce, scan and dot.
+
+Each builder takes the op and returns a function of the operand values (see elementwise.py for the same pattern).
+Reductions and scans of f16/bf16 accumulate in f32 and round once per output element, so they are at least as
+accurate as the GPU's tree of rounded steps. dot computes a @ b in float64 (every product of f16/bf16/f32 inputs is
+exact there, and the sum is nearly exact), adds the f32 accumulator and rounds once to f32: an upper bound on the
+accuracy of the GPU's f32 accumulation.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ir.core import Operation
+from ..ir.types import ScalarType
+from .values import F32, F64, dtype_of, rounder, round_tf32, scalar_value
+
+Fn = Callable[..., Any]
+
+
+def build_constant(op: Operation) -> Fn:
+    t = op.result.type
+    value = scalar_value(op.attrs["value"], t.scalar)  # type: ignore[arg-type]
+    if t.is_tensor:
+        tile = np.full(t.shape, value, dtype=dtype_of(t))
+        tile.flags.writeable = False  # shared by every program; ops never write their inputs
+        return lambda: tile
+    return lambda: value
+
+
+def build_arange(op: Operation) -> Fn:
+    tile = np.arange(op.attrs["start"], op.attrs["end"], dtype=np.int32)
+    tile.flags.writeable = False
+    return lambda: tile
+
+
+def build_splat(op: Operation) -> Fn:
+    shape, dt = op.result.type.shape, dtype_of(op.result.type)
+    return lambda x: np.full(shape, x, dtype=dt)
+
+
+def build_broadcast(op: Operation) -> Fn:
+    shape = op.result.type.shape
+    return lambda x: np.broadcast_to(x, shape)  # a read-only view; later ops make new arrays
+
+
+def build_expand_dims(op: Operation) -> Fn:
+    axis = op.attrs["axis"]
+    return lambda x: np.expand_dims(x, axis)
+
+
+def build_reshape(op: Operation) -> Fn:
+    shape = op.result.type.shape
+    return lambda x: np.reshape(x, shape)  # row-major, as ops.py says
+
+
+def build_trans(op: Operation) -> Fn:
+    order = tuple(op.attrs["order"])
+    return lambda x: np.transpose(x, order)
+
+
+# ---------------------------------------------------------------------------------------- reduce, scan
+
+
+def _combine(kind: str, s: ScalarType) -> tuple[Fn, Fn]:
+    """(reduce(x, axis), accumulate(x, axis)) for `kind` on values of `s`, computed in `s`'s compute type."""
+    if s.is_bool:  # i1: sum is modulo 2
+        ufunc = {"sum": np.logical_xor, "max": np.logical_or, "min": np.logical_and}[kind]
+    elif s.is_float:
+        ufunc = {"sum": np.add, "max": np.fmax, "min": np.fmin}[kind]  # max/min ignore NaN, like PTX max.f32
+    else:
+        ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[kind]
+    compute = F32 if s.name in ("f16", "bf16") else np.dtype(s.numpy_name)
+    if s.is_bool:
+        return ufunc.reduce, ufunc.accumulate
+    # dtype= keeps integer sums in their own type (numpy would widen small ints), so they wrap.
+    return (lambda x, axis: ufunc.reduce(x, axis=axis, dtype=compute),
+            lambda x, axis: ufunc.accumulate(x, axis=axis, dtype=compute))
+
+
+def _rounded(fn: Fn, s: ScalarType) -> Fn:
+    round_back = rounder(s)
+    return fn if round_back is None else (lambda x, axis: round_back(fn(x, axis)))
+
+
+def build_reduce(op: Operation) -> Fn:
+    s = op.operands[0].type.scalar
+    assert isinstance(s, ScalarType)
+    reduce, _ = _combine(op.attrs["kind"], s)
+    fn, axis = _rounded(reduce, s), op.attrs["axis"]
+    return lambda x: fn(x, axis)
+
+
+def build_scan(op: Operation) -> Fn:
+    s = op.operands[0].type.scalar
+    assert isinstance(s, ScalarType)
+    _, accumulate = _combine(op.attrs["kind"], s)
+    fn, axis = _rounded(accumulate, s), op.attrs["axis"]
+    return lambda x: fn(x, axis)
+
+
+# ---------------------------------------------------------------------------------------------- dot
+
+
+def build_dot(op: Operation) -> Fn:
+    s = op.operands[0].type.scalar
+    tf32 = op.attrs.get("input_precision", "ieee") == "tf32" and s.name == "f32"  # type: ignore[union-attr]
+
+    def dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
+        if tf32:
+            a, b = round_tf32(a), round_tf32(b)
+        return (acc.astype(F64) + a.astype(F64) @ b.astype(F64)).astype(F32)
+
+    return dot
+
+
+BUILDERS: dict[str, Callable[[Operation], Fn]] = {
+    "mt.constant": build_constant, "mt.arange": build_arange, "mt.splat": build_splat,
+    "mt.broadcast": build_broadcast, "mt.expand_dims": build_expand_dims, "mt.reshape": build_reshape,
+    "mt.trans": build_trans, "mt.reduce": build_reduce, "mt.scan": build_scan, "mt.dot": build_dot,
+}

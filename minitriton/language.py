@@ -1,0 +1,251 @@
+"""The kernel language: dtypes and builtins, declared simply.
+
+Each builtin is a plain function whose body hands its arguments to the frontend's semantic layer
+(`frontend/semantic.py`), which checks types and shapes and emits IR. They only work inside `@mt.kernel` /
+`@mt.func` code, where the frontend calls them with `_sem` filled in; called from ordinary Python they raise.
+
+    @mt.kernel
+    def add(x, y, out, n, BLOCK: mt.constexpr):
+        offs = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK)
+        mask = offs < n
+        mt.store(out + offs, mt.load(x + offs, mask=mask) + mt.load(y + offs, mask=mask), mask=mask)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, int8, int16, int32, int64, uint8,
+                       uint16, uint32, uint64)
+
+__all__ = [
+    "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
+    "store", "atomic_add", "dot", "where", "sum", "max", "min", "cumsum", "exp", "exp2", "log", "log2", "sqrt",
+    "rsqrt", "sigmoid", "abs", "sin", "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum", "fma", "cdiv",
+    "cast", "trans", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
+]
+
+dtype = ScalarType
+bool_ = int1
+float = float32  # noqa: A001 - spelled as users expect inside kernels: x.to(mt.float)
+half = float16
+
+
+class constexpr:
+    """Annotation for compile-time parameters: `BLOCK: mt.constexpr`. Each value compiles its own variant."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def builtin(fn: F) -> F:
+    """Mark a language builtin: callable only from kernel code, where the frontend passes `_sem`."""
+
+    def outside_kernel(*args: Any, _sem: Any = None, **kwargs: Any) -> Any:
+        if _sem is None:
+            raise RuntimeError(f"mt.{fn.__name__} can only be called inside an @mt.kernel or @mt.func function")
+        return fn(*args, _sem=_sem, **kwargs)
+
+    outside_kernel.__name__ = fn.__name__
+    outside_kernel.__doc__ = fn.__doc__
+    outside_kernel.__wrapped__ = fn  # type: ignore[attr-defined]
+    outside_kernel.__mt_builtin__ = True  # type: ignore[attr-defined]
+    return outside_kernel  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------ indices
+
+
+@builtin
+def program_id(axis: int, _sem: Any = None) -> Any:
+    """The index of this program along grid `axis` (0, 1 or 2), an i32 scalar."""
+    return _sem.program_id(axis)
+
+
+@builtin
+def num_programs(axis: int, _sem: Any = None) -> Any:
+    """The number of programs along grid `axis`, an i32 scalar."""
+    return _sem.num_programs(axis)
+
+
+@builtin
+def arange(start: int, end: int, _sem: Any = None) -> Any:
+    """The i32 tile [start, start+1, ..., end-1]; end - start must be a power of two; both compile-time ints."""
+    return _sem.arange(start, end)
+
+
+@builtin
+def zeros(shape: Any, dtype: ScalarType, _sem: Any = None) -> Any:
+    """A tile of `shape` filled with zeros of `dtype`."""
+    return _sem.full(shape, 0, dtype)
+
+
+@builtin
+def full(shape: Any, value: Any, dtype: ScalarType, _sem: Any = None) -> Any:
+    """A tile of `shape` filled with `value` (a constant or a scalar) as `dtype`."""
+    return _sem.full(shape, value, dtype)
+
+
+# ------------------------------------------------------------------------------------------- memory
+
+
+@builtin
+def load(pointer: Any, mask: Any = None, other: Any = None, _sem: Any = None) -> Any:
+    """Read the values at `pointer` (a pointer or a tile of pointers). Lanes where `mask` is false are not
+    read and give `other` (0 when not given)."""
+    return _sem.load(pointer, mask, other)
+
+
+@builtin
+def store(pointer: Any, value: Any, mask: Any = None, _sem: Any = None) -> None:
+    """Write `value` (converted to the pointee type) at `pointer`; lanes where `mask` is false write nothing."""
+    return _sem.store(pointer, value, mask)
+
+
+@builtin
+def atomic_add(pointer: Any, value: Any, mask: Any = None, _sem: Any = None) -> Any:
+    """Atomically add `value` at `pointer`; returns the previous values."""
+    return _sem.atomic_add(pointer, value, mask)
+
+
+# ------------------------------------------------------------------------------------------ compute
+
+
+@builtin
+def dot(a: Any, b: Any, acc: Any = None, input_precision: str | None = None, _sem: Any = None) -> Any:
+    """acc + a @ b for 2-D tiles (a: MxK, b: KxN of f16, bf16 or f32), accumulated in f32.
+    `input_precision="tf32"` lets f32 inputs round to tf32 (tensor cores); the default is exact products."""
+    return _sem.dot(a, b, acc, input_precision)
+
+
+@builtin
+def where(condition: Any, x: Any, y: Any, _sem: Any = None) -> Any:
+    """Elementwise `x if condition else y`, broadcasting all three."""
+    return _sem.where(condition, x, y)
+
+
+@builtin
+def sum(x: Any, axis: int | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
+    """Sum over `axis` (all axes when None). f16/bf16 accumulate and return f32; ints narrower than 32 bits, i32."""
+    return _sem.reduce(x, axis, "sum", keep_dims)
+
+
+@builtin
+def max(x: Any, axis: int | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
+    """Maximum over `axis` (all axes when None)."""
+    return _sem.reduce(x, axis, "max", keep_dims)
+
+
+@builtin
+def min(x: Any, axis: int | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
+    """Minimum over `axis` (all axes when None)."""
+    return _sem.reduce(x, axis, "min", keep_dims)
+
+
+@builtin
+def cumsum(x: Any, axis: int = 0, _sem: Any = None) -> Any:
+    """Inclusive prefix sum along `axis` (f16/bf16 accumulate and return f32)."""
+    return _sem.scan(x, axis, "sum")
+
+
+def _math(name: str, doc: str) -> Callable[..., Any]:
+    def fn(x: Any, _sem: Any = None) -> Any:
+        return _sem.unary_math(name, x)
+
+    fn.__name__ = name
+    fn.__doc__ = doc
+    return builtin(fn)
+
+
+exp = _math("exp", "e ** x (integers are converted to f32 first).")
+exp2 = _math("exp2", "2 ** x.")
+log = _math("log", "Natural logarithm.")
+log2 = _math("log2", "Base-2 logarithm.")
+sqrt = _math("sqrt", "Square root.")
+rsqrt = _math("rsqrt", "1 / sqrt(x).")
+sigmoid = _math("sigmoid", "1 / (1 + exp(-x)).")
+sin = _math("sin", "Sine.")
+cos = _math("cos", "Cosine.")
+tanh = _math("tanh", "Hyperbolic tangent.")
+floor = _math("floor", "Round toward -inf.")
+ceil = _math("ceil", "Round toward +inf.")
+erf = _math("erf", "The error function.")
+
+
+@builtin
+def abs(x: Any, _sem: Any = None) -> Any:  # noqa: A001
+    """|x| for integers and floats."""
+    return _sem.abs(x)
+
+
+@builtin
+def maximum(x: Any, y: Any, _sem: Any = None) -> Any:
+    """Elementwise max (for floats a NaN operand yields the other)."""
+    return _sem.binary("maximum", x, y)
+
+
+@builtin
+def minimum(x: Any, y: Any, _sem: Any = None) -> Any:
+    """Elementwise min (for floats a NaN operand yields the other)."""
+    return _sem.binary("minimum", x, y)
+
+
+@builtin
+def fma(x: Any, y: Any, z: Any, _sem: Any = None) -> Any:
+    """x * y + z with one rounding."""
+    return _sem.fma(x, y, z)
+
+
+@builtin
+def cdiv(x: Any, y: Any, _sem: Any = None) -> Any:
+    """Ceiling division (x + y - 1) // y of non-negative integers."""
+    return _sem.cdiv(x, y)
+
+
+# ------------------------------------------------------------------------------------------- shapes
+
+
+@builtin
+def cast(x: Any, dtype: ScalarType, bitcast: bool = False, _sem: Any = None) -> Any:
+    """Convert to `dtype` (same as `x.to(dtype, bitcast=...)`)."""
+    return _sem.cast(x, dtype, bitcast)
+
+
+@builtin
+def trans(x: Any, *dims: int, _sem: Any = None) -> Any:
+    """Permute dims (`order`); with none given, reverse them (a 2-D transpose)."""
+    return _sem.trans(x, dims)
+
+
+@builtin
+def reshape(x: Any, shape: Any, _sem: Any = None) -> Any:
+    """The same elements in row-major order with a new shape."""
+    return _sem.reshape(x, shape)
+
+
+@builtin
+def broadcast_to(x: Any, shape: Any, _sem: Any = None) -> Any:
+    """Repeat size-1 dims (and add leading dims) to reach `shape`."""
+    return _sem.broadcast_to(x, shape)
+
+
+@builtin
+def expand_dims(x: Any, axis: int, _sem: Any = None) -> Any:
+    """Insert a dim of size 1 at `axis` (same as `x[:, None]` for axis 1)."""
+    return _sem.expand_dims(x, axis)
+
+
+# -------------------------------------------------------------------------------------- compile time
+
+
+class static_range:
+    """`for i in mt.static_range(N)`: a loop unrolled at compile time; `i` is a constant in each copy."""
+
+    def __init__(self, *args: int):
+        self.args = args
+
+
+@builtin
+def static_assert(condition: Any, message: str = "", _sem: Any = None) -> None:
+    """Fail compilation with `message` when the compile-time `condition` is false."""
+    return _sem.static_assert(condition, message)
