@@ -87,6 +87,7 @@ class KernelCompiler:
         self.region_depth = 0
         self.root = source
         self.loop_locals: set[str] = set()  # names defined only inside a region, for a clearer error later
+        self.assigned_at: dict[str, Location] = {}  # where each name was last assigned, for error messages
 
     # ------------------------------------------------------------------------------------- entry
 
@@ -249,6 +250,7 @@ class KernelCompiler:
             if isinstance(value, (BoundMethod,)):
                 raise CompilationError("a method cannot be stored in a variable; call it")
             self.scope[target.id] = value
+            self.assigned_at[target.id] = self.loc(target)
         elif isinstance(target, (ast.Tuple, ast.List)):
             if not isinstance(value, tuple):
                 raise CompilationError(f"cannot unpack {describe(value)} into {len(target.elts)} names")
@@ -543,7 +545,7 @@ class KernelCompiler:
             self.carried_value_check(name, v)
             if isinstance(v, TileValue) and v.type != ty:
                 raise CompilationError(f"loop-carried variable '{name}' changes type from {ty} to {v.type} in the "
-                                       "loop body; cast it so the type stays the same")
+                                       "loop body; cast it so the type stays the same", self.assigned_at.get(name))
             outs.append(self.materialize(v, ty, block))
         self.yield_into(block, outs)
 

@@ -42,6 +42,9 @@ def builtin(fn: F) -> F:
     """Mark a language builtin: callable only from kernel code, where the frontend passes `_sem`."""
 
     def outside_kernel(*args: Any, _sem: Any = None, **kwargs: Any) -> Any:
+        host = getattr(outside_kernel, "__mt_host__", None)
+        if _sem is None and host is not None:
+            return host(*args, **kwargs)
         if _sem is None:
             raise RuntimeError(f"mt.{fn.__name__} can only be called inside an @mt.kernel or @mt.func function")
         return fn(*args, _sem=_sem, **kwargs)
@@ -198,8 +201,11 @@ def fma(x: Any, y: Any, z: Any, _sem: Any = None) -> Any:
 
 @builtin
 def cdiv(x: Any, y: Any, _sem: Any = None) -> Any:
-    """Ceiling division (x + y - 1) // y of non-negative integers."""
+    """Ceiling division (x + y - 1) // y of non-negative integers (also usable on the host for grid sizes)."""
     return _sem.cdiv(x, y)
+
+
+cdiv.__mt_host__ = lambda x, y: -(-x // y)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------- shapes

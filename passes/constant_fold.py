@@ -30,6 +30,7 @@ from typing import Callable, Union
 import numpy as np
 
 from minitriton.ir import OPS, Block, Module, Operation, ScalarType, Value, function_body
+from minitriton.ir.numeric import wrap_int  # the canonical integer form: wrapped to the type, i1 as 0/1
 
 from .registry import register_pass
 
@@ -50,22 +51,15 @@ def int_bounds(ty: ScalarType) -> tuple[int, int]:
     return 0, (1 << ty.bits) - 1
 
 
-def wrap_int(v: int, ty: ScalarType) -> int:
-    """`v` modulo 2**bits, in the type's range (the canonical form of an integer constant)."""
-    v &= (1 << ty.bits) - 1
-    if is_signed_int(ty) and v >= 1 << (ty.bits - 1):
-        v -= 1 << ty.bits
-    return v
-
-
 # (precision in bits including the hidden one, exponent of the smallest normal, largest exponent)
 _FLOAT_FORMATS = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126, 127), "f64": (53, -1022, 1023)}
 
 
-def round_float(x: Number | Fraction, ty: ScalarType) -> float:
+def round_exact(x: Number | Fraction, ty: ScalarType) -> float:
     """The value of type `ty` nearest to the exact number `x`, ties to even, overflowing to inf (IEEE RNE).
 
-    Works on the exact rational value, so an i64 -> f32 cast or an f64 -> bf16 cast rounds once, not twice.
+    Unlike numeric.round_float (which takes a float and goes through f32 for bf16), this rounds the exact
+    value once, so an i64 -> f32 cast or an f64 -> bf16 cast folds to what a single cvt.rn gives.
     """
     if isinstance(x, float) and not math.isfinite(x):
         return x
@@ -87,14 +81,14 @@ def round_op_result(x: float, ty: ScalarType) -> float:
     """Round an f64-computed result of +, -, *, / to the operand type. f16/bf16 math rounds through f32 as
     ops.py says; f64 -> f32 -> f16 is exact double rounding here (53 >= 2*24+2, 24 >= 2*11+2)."""
     if ty.name in ("f16", "bf16"):
-        x = round_float(x, ScalarType("f32"))
-    return round_float(x, ty)
+        x = round_exact(x, ScalarType("f32"))
+    return round_exact(x, ty)
 
 
 def normalize(value: object, ty: ScalarType) -> Number:
     """A constant attribute as the canonical Python number of its type."""
     if ty.is_float:
-        return round_float(int(value) if isinstance(value, bool) else value, ty)  # type: ignore[arg-type]
+        return round_exact(int(value) if isinstance(value, bool) else value, ty)  # type: ignore[arg-type]
     return wrap_int(int(value), ty)  # type: ignore[call-overload]
 
 
@@ -226,7 +220,7 @@ def fold_cast(a: Number, src: ScalarType, dst: ScalarType) -> Number | None:
     if dst.is_bool:
         return None if isinstance(a, float) and math.isnan(a) else int(a != 0)
     if dst.is_float:
-        return round_float(a, dst)
+        return round_exact(a, dst)
     if src.is_int:
         return wrap_int(int(a), dst)
     if math.isnan(a):

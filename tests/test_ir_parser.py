@@ -187,7 +187,8 @@ def test_parsed_values_types_and_attributes() -> None:
     branch = body.ops[1]
     assert branch.name == "scf.if" and len(branch.results) == 2
     assert body.ops[-1].operands == branch.results  # %N#0, %N#1 resolve to the if's results
-    assert body.ops[0].operands[1] is func.regions[0].block.ops[20].result  # the program id, defined outside
+    pid = next(o for o in func.walk() if o.name == "mt.program_id")
+    assert body.ops[0].operands[1] is pid.result  # defined outside the loop
 
 
 def test_layout_attributes_parse_to_tuples() -> None:
@@ -328,28 +329,27 @@ FUNC_TAIL = '  "mt.return"() : () -> ()\n}) {sym_name = "k", function_type = (i3
 
 @pytest.mark.parametrize("body, line, column, message", [
     ('  %0 = "mt.add"(%a %a) : (i32, i32) -> i32\n', 3, 20, "unexpected '%a'"),
-    ('  %0 = "mt.add"(%a, %b) : (i32, i32) -> i32\n', 3, 22, "use of undefined value %b"),
+    ('  %0 = "mt.add"(%a, %b) : (i32, i32) -> i32\n', 3, 21, "use of undefined value %b"),
     ('  %a = "mt.neg"(%a) : (i32) -> i32\n', 3, 3, "redefinition of value %a"),
-    ('  %0 = "mt.neg"(%a) : (i32) -> i33\n', 3, 34, "unknown type 'i33'"),
-    ('  %0 = "mt.neg"(%a) : (i32) -> !mt.ref<i32>\n', 3, 34, "unknown type '!mt.ref'"),
+    ('  %0 = "mt.neg"(%a) : (i32) -> i33\n', 3, 32, "unknown type 'i33'"),
+    ('  %0 = "mt.neg"(%a) : (i32) -> !mt.ref<i32>\n', 3, 32, "unknown type '!mt.ref'"),
     ('  %0 = "mt.neg"(%a) : (f32) -> i32\n', 3, 17, "%a has type i32, but the op's type says f32"),
     ('  %0:2 = "mt.neg"(%a) : (i32) -> i32\n', 3, 3, "binds 2 results but its type lists 1"),
     ('  "mt.neg"(%a) : (i32) -> i32\n', 3, 3, "binds 0 results but its type lists 1"),
     ('  %0 = "mt.neg"(%a) : (i32, i32) -> i32\n', 3, 8, "has 1 operands but its type lists 2"),
     ('  %0 = "mt.neg"(%a#1) : (i32) -> i32\n', 3, 17, "%a#1 does not exist"),
-    ('  %0 = "mt.neg"(%a) {k = 1, k = 2} : (i32) -> i32\n', 3, 30, "duplicate attribute 'k'"),
-    ('  %0 = "mt.neg"(%a) {k = #tt.blocked<{}>} : (i32) -> i32\n', 3, 27, "unknown attribute '#tt.blocked'"),
-    ('  %0 = "mt.neg"(%a) {k = "\\q"} : (i32) -> i32\n', 3, 27, "unknown escape"),
-    ('  %0 = "mt.neg"(%a) {k = 0x7F : i32} : (i32) -> i32\n', 3, 27, "needs a float type"),
+    ('  %0 = "mt.neg"(%a) {k = 1, k = 2} : (i32) -> i32\n', 3, 29, "duplicate attribute 'k'"),
+    ('  %0 = "mt.neg"(%a) {k = #tt.blocked<{}>} : (i32) -> i32\n', 3, 26, "unknown attribute '#tt.blocked'"),
+    ('  %0 = "mt.neg"(%a) {k = "\\q"} : (i32) -> i32\n', 3, 26, "unknown escape"),
+    ('  %0 = "mt.neg"(%a) {k = 0x7F : i32} : (i32) -> i32\n', 3, 26, "needs a float type"),
     ('  %0 = "mt.neg"(%a) : (i32) -> i32 $\n', 3, 36, "unexpected character '$'"),
-    ('  %0 = "scf.if"(%a) ({\n    %1 = "mt.neg"(%a) : (i32) -> i32\n  }) : (i32) -> ()\n'
+    ('  "scf.if"(%a) ({\n    %1 = "mt.neg"(%a) : (i32) -> i32\n  }) : (i32) -> ()\n'
      '  %2 = "mt.neg"(%1) : (i32) -> i32\n', 6, 17, "use of undefined value %1"),  # scoped to its region
     ('  %0 = "scf.if"(%a) ({\n    %1 = "mt.neg"(%0) : (i32) -> i32\n  }) : (i32) -> i32\n',
      4, 19, "use of undefined value %0"),  # an op's regions cannot use its results
 ])
 def test_errors_report_line_and_column(body: str, line: int, column: int, message: str) -> None:
-    text = "// a comment line first\n" + FUNC_HEAD[len('"mt.func"() ({\n'):]  # keep FUNC_HEAD's 2nd line as line 2
-    text = '"mt.func"() ({\n^bb0(%a: i32):\n' + body + FUNC_TAIL
+    text = FUNC_HEAD + body + FUNC_TAIL
     with pytest.raises(ParseError) as info:
         parse_module(text, filename="bad.mtir")
     err = info.value
@@ -358,8 +358,8 @@ def test_errors_report_line_and_column(body: str, line: int, column: int, messag
     rendered = str(err)
     assert rendered.startswith(f"bad.mtir:{line}:{column}: ")
     source, caret = rendered.split("\n")[1:3]
-    assert source.strip() == text.split("\n")[line - 1].strip()
-    assert caret.index("^") - 4 == column - 1 - (len(text.split("\n")[line - 1]) - len(source) + 4)
+    assert source == "    " + text.split("\n")[line - 1]
+    assert caret == " " * (4 + column - 1) + "^"
     assert err.__suppress_context__ and err.__cause__ is None  # no lark traceback attached
 
 
@@ -378,12 +378,16 @@ def test_parse_type_errors() -> None:
 
 
 def test_parse_speed() -> None:
-    """The grammar is built once; a few-thousand-line module parses well under a second (~65 us a line)."""
+    """The grammar is built once and parsing is LALR: about 0.1-0.2 ms a line here; Earley would be ~100x slower."""
     text = print_module(build_all_ops_kernel())
     parse_module(text)
-    big = "\n".join([text] * 20)
+    big = "\n".join([text] * 5)
+    lines = big.count("\n")
+    elapsed = min(_timed(parse_module, big) for _ in range(2))
+    assert elapsed < 2e-3 * lines, f"{elapsed:.2f} s for {lines} lines"
+
+
+def _timed(fn, *args) -> float:  # type: ignore[no-untyped-def]
     start = time.perf_counter()
-    module = parse_module(big)
-    elapsed = time.perf_counter() - start
-    assert len(module.body.ops) == 1 and len(module.body.ops[0].regions[0].block.ops) == 0 or True
-    assert elapsed < 0.5 * big.count("\n") * 1e-3, f"{elapsed:.2f} s for {big.count(chr(10))} lines"
+    fn(*args)
+    return time.perf_counter() - start

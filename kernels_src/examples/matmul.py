@@ -1,0 +1,76 @@
+"""Tiled GEMM: C = act(A @ B + bias), fp32 accumulation over a K loop of mt.dot, any M, N, K (masked edges)."""
+from __future__ import annotations
+
+import torch
+
+import minitriton as mt
+
+
+@mt.func
+def gelu(x):
+    return 0.5 * x * (1.0 + mt.erf(x * 0.7071067811865476))
+
+
+@mt.kernel
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: mt.constexpr, BLOCK_N: mt.constexpr, BLOCK_K: mt.constexpr,
+                  HAS_BIAS: mt.constexpr = False, ACTIVATION: mt.constexpr = "none"):
+    pid_m = mt.program_id(0)
+    pid_n = mt.program_id(1)
+    rm = pid_m * BLOCK_M + mt.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + mt.arange(0, BLOCK_N)
+    rk = mt.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = mt.zeros((BLOCK_M, BLOCK_N), mt.float32)
+    for k in range(0, K, BLOCK_K):
+        a = mt.load(a_ptrs, mask=(rm[:, None] < M) & (k + rk[None, :] < K), other=0.0)
+        b = mt.load(b_ptrs, mask=(k + rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = mt.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if HAS_BIAS:
+        acc += mt.load(bias_ptr + rn, mask=rn < N, other=0.0).to(mt.float32)[None, :]
+    if ACTIVATION == "relu":
+        acc = mt.maximum(acc, 0.0)
+    elif ACTIVATION == "gelu":
+        acc = gelu(acc)
+    elif ACTIVATION == "silu":
+        acc = acc * mt.sigmoid(acc)
+    else:
+        mt.static_assert(ACTIVATION == "none", f"unknown activation {ACTIVATION}")
+    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    mt.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+_SIG = ("a_ptr:*bf16,b_ptr:*bf16,c_ptr:*bf16,bias_ptr:*bf16,M:i32,N:i32,K:i32,stride_am:i32,stride_ak:i32,"
+        "stride_bk:i32,stride_bn:i32,stride_cm:i32,stride_cn:i32")
+matmul_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+matmul_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, HAS_BIAS=True, ACTIVATION="gelu")
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
+           block: tuple[int, int, int] = (64, 64, 32)) -> torch.Tensor:
+    """act(a @ b + bias) in a's dtype, accumulated in fp32."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul needs (M, K) @ (K, N), got {tuple(a.shape)} and {tuple(b.shape)}")
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    bm, bn, bk = block
+    grid = (mt.cdiv(M, bm), mt.cdiv(N, bn))
+    matmul_kernel[grid](a, b, c, bias if bias is not None else c, M, N, K, a.stride(0), a.stride(1),
+                        b.stride(0), b.stride(1), c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                        HAS_BIAS=bias is not None, ACTIVATION=activation)
+    return c
+
+
+def reference(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
+              ) -> torch.Tensor:
+    c = a.double() @ b.double()
+    if bias is not None:
+        c = c + bias.double()
+    c = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu,
+         "gelu": torch.nn.functional.gelu}[activation](c)
+    return c.to(a.dtype)

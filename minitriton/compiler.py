@@ -1,0 +1,278 @@
+"""The compilation pipeline: Python function -> tile IR (frontend) -> passes -> PTX (codegen) -> cubin (ptxas).
+
+`compile_kernel` runs it for one specialization and returns a CompiledKernel: the PTX, the cubin (None when ptxas
+is not on PATH: the driver then JIT-compiles the PTX at load time), and JSON-ready metadata — the entry name, the
+parameter layout the launcher packs (name, Triton-spelled type, PTX size and alignment of each parameter), num_warps,
+shared memory, and the ptxas report (registers, spills).
+
+MINITRITON_DUMP_IR=1 prints the IR after the frontend and after each pass, and the PTX, to stderr.
+The frontend, passes and codegen are imported when first used, so importing this module is cheap.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from minitriton.errors import CompilationError
+
+# Passes run on every kernel, in order (names looked up in the pass registry when a kernel compiles).
+PIPELINE: list[str] = ["canonicalize", "tiling"]
+# The interpreter runs tile IR: only clean-ups, no layout assignment.
+INTERPRET_PIPELINE: list[str] = ["canonicalize"]
+
+ARCH = "sm_90a"
+TARGETS = ("ir", "ptx", "cubin")
+
+
+class PtxasError(CompilationError):
+    """ptxas rejected the PTX or reported a condition we treat as an error (e.g. C7508: setmaxnreg ignored)."""
+
+
+@dataclass
+class CompiledKernel:
+    """One compiled specialization. `metadata` is what the cache stores as JSON and the launcher reads."""
+
+    name: str
+    ptx: str | None
+    cubin: bytes | None
+    metadata: dict[str, Any]
+    ir: dict[str, str] = field(default_factory=dict)  # stage -> IR text, when compiled with keep_ir=True
+
+    @property
+    def num_warps(self) -> int:
+        return int(self.metadata["num_warps"])
+
+    @property
+    def registers(self) -> int | None:
+        return self.metadata.get("registers")
+
+    def report(self) -> str:
+        """One line: registers, shared memory and spills (as ptxas reported them)."""
+        m = self.metadata
+        if m.get("registers") is None:
+            return f"{self.name}: no ptxas report (ptxas was not run)"
+        return (f"{self.name}: {m['registers']} registers, {m.get('shared', 0)} bytes static shared memory, "
+                f"{m.get('dynamic_shared', 0)} bytes dynamic, {m.get('spill_stores', 0)} bytes spill stores, "
+                f"{m.get('spill_loads', 0)} bytes spill loads, num_warps={m['num_warps']}")
+
+
+# ------------------------------------------------------------------------------------------- pipeline
+
+
+def compile_kernel(fn: Callable, arg_types: dict[str, Any], constexprs: dict[str, Any], *,
+                   divisibility: dict[str, int] | None = None, equal_to_one: set[str] | None = None,
+                   num_warps: int = 4, num_stages: int = 3, target: str = "cubin",
+                   keep_ir: bool = False) -> CompiledKernel:
+    """Compile one specialization of `fn`.
+
+    target: "ir" stops after the passes (ptx None), "ptx" stops after codegen, "cubin" also runs ptxas when it is
+    on PATH (cubin stays None otherwise). keep_ir records the IR text after the frontend and after the passes.
+    """
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+    module, stages = build_ir(fn, arg_types, constexprs, divisibility=divisibility, equal_to_one=equal_to_one,
+                              num_warps=num_warps, num_stages=num_stages, pipeline=PIPELINE, keep_ir=keep_ir)
+    func = module.functions[0]
+    name = func.attrs["sym_name"]
+    meta = base_metadata(func, num_stages, constexprs)
+    if target == "ir":
+        return CompiledKernel(name, None, None, meta, stages)
+    from minitriton.codegen import emit_ptx
+
+    ptx = emit_ptx(module, name)
+    dump_stage("PTX", ptx)
+    meta["params"] = param_layout(func, ptx, name)
+    cubin = None
+    if target == "cubin" and ptxas_path() is not None:
+        cubin, log = run_ptxas(ptx, name)
+        meta.update(parse_ptxas_report(log))
+    return CompiledKernel(name, ptx, cubin, meta, stages)
+
+
+def build_ir(fn: Callable, arg_types: dict[str, Any], constexprs: dict[str, Any], *,
+             divisibility: dict[str, int] | None = None, equal_to_one: set[str] | None = None,
+             num_warps: int = 4, num_stages: int = 3, pipeline: list[str] | None = None,
+             keep_ir: bool = False) -> tuple[Any, dict[str, str]]:
+    """Frontend then passes; returns the module and (with keep_ir) the IR text per stage."""
+    from minitriton.frontend import compile_to_ir
+    from minitriton.passes import get_pass
+    from minitriton.ir import verify
+
+    module = compile_to_ir(fn, arg_types, constexprs, divisibility=divisibility or {},
+                           equal_to_one=equal_to_one or set(), num_warps=num_warps)
+    for func in module.functions:  # the pipelining pass reads num_stages from the kernel
+        func.attrs.setdefault("num_stages", num_stages)
+    stages: dict[str, str] = {}
+    record_stage(stages, "frontend", module, keep_ir)
+    for pass_name in PIPELINE if pipeline is None else pipeline:
+        module = get_pass(pass_name)(module)
+        verify(module)
+        record_stage(stages, pass_name, module, keep_ir)
+    return module, stages
+
+
+def record_stage(stages: dict[str, str], stage: str, module: Any, keep_ir: bool) -> None:
+    dumping = dump_enabled()
+    if not keep_ir and not dumping:
+        return  # printing costs; only when someone reads it
+    text = str(module)
+    if keep_ir:
+        stages[stage] = text
+    if dumping:
+        dump_stage(f"IR after {stage}", text)
+
+
+def dump_enabled() -> bool:
+    return os.environ.get("MINITRITON_DUMP_IR", "") not in ("", "0")
+
+
+def dump_stage(title: str, text: str) -> None:
+    if dump_enabled():
+        sys.stderr.write(f"// -----// {title} //----- //\n{text}\n")
+
+
+def base_metadata(func: Any, num_stages: int, constexprs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": func.attrs["sym_name"],
+        "num_warps": int(func.attrs.get("num_warps", 4)),
+        "num_stages": int(func.attrs.get("num_stages", num_stages)),
+        "dynamic_shared": int(func.attrs.get("dynamic_shared_memory", 0)),
+        "params": func_params(func),
+        "constexprs": {k: repr(v) for k, v in constexprs.items()},
+        "registers": None, "shared": None, "spill_stores": None, "spill_loads": None, "ptxas_log": None,
+    }
+
+
+# ------------------------------------------------------------------------------------ PTX parameters
+
+_PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.([a-z]+)(\d+)\s+[\w$%]+\s*(?:\[(\d+)\])?")
+
+
+def ptx_entry_params(ptx: str, name: str) -> list[tuple[str, int, int]]:
+    """The parameters of `.entry name(...)` as (PTX type, size in bytes, alignment), in order."""
+    match = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\(([^)]*)\)", ptx)
+    if match is None:
+        if re.search(r"\.entry\s+" + re.escape(name) + r"\b", ptx):
+            return []  # `.entry name` with no parameter list
+        raise CompilationError(f"codegen produced no `.entry {name}` in the PTX")
+    params = []
+    for align, kind, bits, count in _PTX_PARAM.findall(match.group(1)):
+        size = int(bits) // 8 * (int(count) if count else 1)
+        params.append((f".{kind}{bits}", size, int(align) if align else int(bits) // 8))
+    return params
+
+
+def param_layout(func: Any, ptx: str, name: str) -> list[dict[str, Any]]:
+    """Each kernel argument with the size and alignment its PTX parameter declares (what the launcher packs)."""
+    params = func_params(func)
+    declared = ptx_entry_params(ptx, name)
+    if len(declared) != len(params):
+        raise CompilationError(f"kernel '{name}': the PTX entry declares {len(declared)} parameters but the IR "
+                               f"function has {len(params)} arguments")
+    out = []
+    for p, (ptx_type, size, align) in zip(params, declared):
+        out.append({**p, "ptx": ptx_type, "size": size, "align": align})
+    return out
+
+
+def func_params(func: Any) -> list[dict[str, Any]]:
+    from minitriton.runtime.specialize import type_spelling
+
+    types = func.attrs["function_type"].inputs
+    names = func.attrs.get("arg_names") or [f"arg{i}" for i in range(len(types))]
+    return [{"name": n, "type": type_spelling(t)} for n, t in zip(names, types)]
+
+
+# ---------------------------------------------------------------------------------------------- ptxas
+
+
+def ptxas_path() -> str | None:
+    return shutil.which("ptxas")
+
+
+def run_ptxas(ptx: str, name: str = "kernel") -> tuple[bytes, str]:
+    """Assemble PTX for sm_90a; returns (cubin, ptxas -v log). PtxasError when ptxas fails or warns C7508.
+
+    Uses codegen's run_ptxas when codegen provides one (one place that knows how to call ptxas).
+    """
+    codegen_ptxas = _codegen_run_ptxas()
+    if codegen_ptxas is not None:
+        return codegen_ptxas(ptx)
+    with tempfile.TemporaryDirectory(prefix="minitriton-ptxas-") as tmp:
+        src, out = Path(tmp) / f"{name}.ptx", Path(tmp) / f"{name}.cubin"
+        src.write_text(ptx)
+        cmd = [ptxas_path() or "ptxas", f"-arch={ARCH}", "-v", "-lineinfo", "-o", str(out), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        log = (proc.stdout + proc.stderr).replace(str(src), f"{name}.ptx")
+        if proc.returncode != 0:
+            raise PtxasError(f"ptxas rejected the PTX of kernel '{name}':\n{log.strip()}")
+        if "C7508" in log:
+            raise PtxasError(f"ptxas ignored setmaxnreg in kernel '{name}' (warning C7508: the kernel needs "
+                             f".maxntid and .minnctapersm 1):\n{log.strip()}")
+        return out.read_bytes(), log
+
+
+def _codegen_run_ptxas() -> Callable[[str], tuple[bytes, str]] | None:
+    try:
+        import minitriton.codegen as codegen
+    except ImportError:
+        return None
+    return getattr(codegen, "run_ptxas", None)
+
+
+def parse_ptxas_report(log: str) -> dict[str, Any]:
+    """registers, shared (static bytes), spill_stores, spill_loads, stack from a `ptxas -v` log."""
+
+    def number(pattern: str) -> int:
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else 0
+
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "shared": number(r"(\d+) bytes smem"),
+        "spill_stores": number(r"(\d+) bytes spill stores"),
+        "spill_loads": number(r"(\d+) bytes spill loads"),
+        "stack": number(r"(\d+) bytes stack frame"),
+        "ptxas_log": log.strip(),
+    }
+
+
+# ----------------------------------------------------------------------------------- compiler version
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version() -> str:
+    """A hash of every source file of the compiler (minitriton, frontend, passes, codegen), once per process.
+
+    Any edit to the compiler changes it, so cached kernels built by another version are never reused.
+    """
+    digest = hashlib.sha256()
+    for root in _compiler_roots():
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".lark") and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(root)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def _compiler_roots() -> list[Path]:
+    roots = [Path(__file__).resolve().parent]
+    for sub in ("minitriton.frontend", "minitriton.passes", "minitriton.codegen"):
+        spec = importlib.util.find_spec(sub)  # finds the folder without importing the package
+        if spec is not None and spec.submodule_search_locations:
+            roots.extend(Path(p).resolve() for p in spec.submodule_search_locations)
+    unique: list[Path] = []
+    for r in roots:  # minitriton/ holds runtime/, ir/, interpreter/: skip roots nested in another
+        if not any(r != u and u in r.parents for u in roots) and r not in unique:
+            unique.append(r)
+    return unique

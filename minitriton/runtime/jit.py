@@ -1,0 +1,527 @@
+"""`@mt.kernel` and the Kernel object: `kernel[grid](*args, **constexprs_and_options)`.
+
+A launch binds the arguments to the Python function's parameters, summarises the runtime arguments into a
+specialization key (specialize.py: dtype and 16-byte alignment of each tensor, i32/i64, ==1 and %16 of each int), and
+looks the key up in an in-memory dict of ready Launchers. On a miss it looks in the on-disk cache (cache.py) and
+only then compiles (compiler.py). Everything a launch needs afterwards — the parameter buffer, the function handle —
+is built once per key, so the hot path is: bind, key, dict lookup, pack the slots, cuLaunchKernel.
+
+MINITRITON_INTERPRET=1 (read at every launch) instead builds the tile IR and runs it on CPU tensors through the
+interpreter. `kernel.specialize(signature=..., **constexprs)` declares ahead-of-time specializations for
+`minitriton compile`.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import numbers
+import operator
+import os
+import threading
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from . import driver as _driver
+from .specialize import (ArgSpec, SignatureError, int_code, parse_arg_spec, parse_signature, supported_dtypes,
+                         torch_pointer_codes)
+
+OPTION_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+VALID_NUM_WARPS = (1, 2, 4, 8, 16, 32)
+
+# torch.Tensor, bound at the first launch so `import minitriton` does not import torch.
+Tensor: Any = None
+
+
+def _load_torch() -> None:
+    global Tensor
+    import torch
+
+    Tensor = torch.Tensor
+
+
+def interpreting() -> bool:
+    """MINITRITON_INTERPRET is read at each launch (tests flip it)."""
+    return os.environ.get("MINITRITON_INTERPRET", "0") not in ("", "0")
+
+
+def is_constexpr_annotation(annotation: Any) -> bool:
+    """`mt.constexpr` (the class from minitriton.language) or the strings "mt.constexpr" / "constexpr"."""
+    if isinstance(annotation, str):
+        text = annotation.strip()
+        return text == "constexpr" or text.endswith(".constexpr")
+    try:
+        from minitriton.language import constexpr
+    except ImportError:
+        return False
+    return annotation is constexpr or (isinstance(constexpr, type) and isinstance(annotation, constexpr))
+
+
+@dataclass
+class AotSpec:
+    """An ahead-of-time specialization: runtime argument specs, constexpr values, options and an output name."""
+
+    kernel: "Kernel"
+    args: dict[str, ArgSpec]
+    constexprs: dict[str, Any]
+    num_warps: int
+    num_stages: int
+    name: str | None = None
+    signature: str = ""
+
+    def compile(self, target: str = "cubin", keep_ir: bool = False) -> Any:
+        from minitriton import compiler
+
+        return compiler.compile_kernel(
+            self.kernel.fn, {n: s.type for n, s in self.args.items()}, dict(self.constexprs),
+            divisibility={n: s.divisibility for n, s in self.args.items()},
+            equal_to_one={n for n, s in self.args.items() if s.equal_to_one},
+            num_warps=self.num_warps, num_stages=self.num_stages, target=target, keep_ir=keep_ir)
+
+    def describe(self) -> str:
+        """A file-name-safe summary: pointer dtypes then constexpr values (`bf16_BLOCK1024`)."""
+        parts: list[str] = []
+        for spec in self.args.values():
+            code = spec.code.split(":")[0]
+            if code.startswith("*") and code[1:] not in parts:
+                parts.append(code[1:])
+        parts += [f"{k}{v}" for k, v in self.constexprs.items()]
+        parts.append(f"w{self.num_warps}")
+        text = "_".join(parts)
+        return "".join(c if c.isalnum() or c in "_-" else "_" for c in text)
+
+
+class Kernel:
+    """A `@mt.kernel` function. Launch with `kernel[grid](*args, **kwargs)`; see the module docstring."""
+
+    def __init__(self, fn: Callable, *, num_warps: int = 4, num_stages: int = 3):
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"@mt.kernel decorates a Python function, got {type(fn).__name__}")
+        self.fn = fn
+        functools.update_wrapper(self, fn)  # __name__, __qualname__, __doc__, __module__, __wrapped__
+        self.signature = inspect.signature(fn)
+        self.file = fn.__code__.co_filename
+        self.options = {"num_warps": num_warps, "num_stages": num_stages}
+        self.specializations: list[AotSpec] = []
+        self._init_params()
+        self._variants: dict[tuple, Any] = {}  # specialization key -> Launcher
+        self._interpreted: dict[tuple, tuple[Any, list[int]]] = {}  # key -> (interpreter program, arg positions)
+        self._lock = threading.Lock()
+        self._fingerprint: str | None = None
+
+    def _init_params(self) -> None:
+        self.arg_names: list[str] = []
+        self.defaults: dict[str, Any] = {}
+        constexpr_flags = []
+        for p in self.signature.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY, p.POSITIONAL_ONLY):
+                raise TypeError(f"kernel '{self.fn.__name__}': parameter '{p.name}' must be a plain parameter "
+                                f"(no *args, **kwargs, keyword-only or positional-only parameters)")
+            self.arg_names.append(p.name)
+            if p.default is not p.empty:
+                self.defaults[p.name] = p.default
+            constexpr_flags.append(is_constexpr_annotation(p.annotation))
+        self.constexpr_params = [n for n, c in zip(self.arg_names, constexpr_flags) if c]
+        self.runtime_params = [n for n, c in zip(self.arg_names, constexpr_flags) if not c]
+        self._runtime_idx = [i for i, c in enumerate(constexpr_flags) if not c]
+        self._constexpr_idx = [i for i, c in enumerate(constexpr_flags) if c]
+        self._nparams = len(self.arg_names)
+        self._option_names = [o for o in OPTION_DEFAULTS if o not in self.arg_names]
+
+    # ----------------------------------------------------------------------------------------- launch
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return functools.partial(self.run, grid)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(f"kernel '{self.__name__}' is launched as {self.__name__}[grid](...), not called directly")
+
+    def run(self, grid: Any, *args: Any, **kwargs: Any) -> None:
+        """Launch on `grid` (a tuple of 1-3 ints, or a callable of the meta-parameters dict returning one)."""
+        if interpreting():
+            return self._interpret(grid, args, kwargs)
+        values, num_warps, num_stages = self._bind(args, kwargs)
+        driver = _driver.get_driver()
+        device = driver.current_device()
+        key, raw = self._specialize(values, num_warps, num_stages, device, False)
+        gx, gy, gz = self._grid(grid, values, num_warps, num_stages)
+        try:
+            launcher = self._variants.get(key)
+        except TypeError:
+            raise self._unhashable_constexpr(values) from None
+        if launcher is None:
+            launcher = self._build(key, values, num_warps, num_stages)
+        launcher(driver, device, gx, gy, gz, raw)
+
+    def _bind(self, args: tuple, kwargs: dict) -> tuple[Sequence[Any], int, int]:
+        """Arguments in parameter order, plus the options (TypeError naming the problem parameter)."""
+        n = len(args)
+        if n == self._nparams and not kwargs:
+            return args, self.options["num_warps"], self.options["num_stages"]
+        if n > self._nparams:
+            raise TypeError(f"kernel '{self.__name__}' takes {self._nparams} arguments "
+                            f"({', '.join(self.arg_names)}) but {n} were given")
+        num_warps = kwargs.pop("num_warps", self.options["num_warps"]) if "num_warps" in self._option_names \
+            else self.options["num_warps"]
+        num_stages = kwargs.pop("num_stages", self.options["num_stages"]) if "num_stages" in self._option_names \
+            else self.options["num_stages"]
+        values = list(args)
+        missing = []
+        for name in self.arg_names[n:]:
+            if name in kwargs:
+                values.append(kwargs.pop(name))
+            elif name in self.defaults:
+                values.append(self.defaults[name])
+            else:
+                missing.append(name)
+                values.append(None)
+        if kwargs:
+            raise self._extra_keyword_error(kwargs, n)
+        if missing:
+            raise TypeError(self._missing_message(missing))
+        return values, num_warps, num_stages
+
+    def _extra_keyword_error(self, kwargs: dict, n_positional: int) -> TypeError:
+        name = next(iter(kwargs))
+        if name in self.arg_names[:n_positional]:
+            return TypeError(f"kernel '{self.__name__}' got argument '{name}' both by position and by keyword")
+        known = ", ".join(self.arg_names + self._option_names)
+        return TypeError(f"kernel '{self.__name__}' got an unknown keyword argument '{name}'; it takes: {known}")
+
+    def _missing_message(self, missing: list[str]) -> str:
+        parts = [f"constexpr '{m}'" if m in self.constexpr_params else f"'{m}'" for m in missing]
+        return f"kernel '{self.__name__}' is missing argument(s) {', '.join(parts)}"
+
+    def _specialize(self, values: Sequence[Any], num_warps: int, num_stages: int, device: int,
+                    interpret: bool) -> tuple[tuple, list]:
+        """The specialization key and the raw slot values (data_ptr for tensors) of the runtime arguments.
+
+        This is the launch hot path: one pass over the arguments, no allocation beyond the two lists.
+        """
+        if Tensor is None:
+            _load_torch()
+        pointer_codes = torch_pointer_codes()
+        key: list[Any] = []
+        raw: list[Any] = []
+        for i in self._runtime_idx:
+            a = values[i]
+            t = type(a)
+            if t is int:
+                if -2147483648 <= a <= 2147483647:
+                    key.append("i32=1" if a == 1 else ("i32" if a & 15 else "i32:16"))
+                else:
+                    key.append(self._int_code(i, a))
+                raw.append(a)
+            elif t is float:
+                key.append("fp32")
+                raw.append(a)
+            elif t is bool:
+                key.append("i1")
+                raw.append(a)
+            elif isinstance(a, Tensor):
+                if a.get_device() != device:
+                    raise self._device_error(i, values, device, interpret)
+                ptr = a.data_ptr()
+                codes = pointer_codes.get(a.dtype)
+                if codes is None:
+                    raise TypeError(f"argument '{self.arg_names[i]}' of kernel '{self.__name__}' has dtype "
+                                    f"{a.dtype}, which kernels do not take; supported: {supported_dtypes()}")
+                key.append(codes[not ptr & 15])
+                raw.append(ptr)
+            else:
+                code, value = self._other_argument(i, a)
+                key.append(code)
+                raw.append(value)
+        for i in self._constexpr_idx:
+            key.append(values[i])
+        key.append(num_warps)
+        key.append(num_stages)
+        return tuple(key), raw
+
+    def _int_code(self, index: int, value: int) -> str:
+        try:
+            return int_code(value)
+        except ValueError:
+            raise ValueError(f"argument '{self.arg_names[index]}' of kernel '{self.__name__}' = {value} does not "
+                             f"fit in a 64-bit integer") from None
+
+    def _other_argument(self, index: int, a: Any) -> tuple[str, Any]:
+        """numpy scalars and other number types; anything else is a TypeError naming the parameter."""
+        name = self.arg_names[index]
+        if isinstance(a, numbers.Integral) and not isinstance(a, bool):
+            value = operator.index(a)
+            return self._int_code(index, value), value
+        if isinstance(a, numbers.Real):
+            return "fp32", float(a)
+        what = "None" if a is None else f"a {type(a).__module__}.{type(a).__qualname__}"
+        raise TypeError(f"argument '{name}' of kernel '{self.__name__}' is {what}; runtime arguments are torch "
+                        f"tensors, ints, floats or bools (annotate it `: mt.constexpr` to pass it at compile time)")
+
+    def _device_error(self, index: int, values: Sequence[Any], device: int, interpret: bool) -> ValueError:
+        name, tensor = self.arg_names[index], values[index]
+        where = f"kernel '{self.__name__}'"
+        if interpret:
+            return ValueError(f"argument '{name}' of {where} is a tensor on {tensor.device}; MINITRITON_INTERPRET=1 "
+                              f"runs kernels on the CPU and needs CPU tensors")
+        if tensor.get_device() < 0:
+            return ValueError(f"argument '{name}' of {where} is a CPU tensor; a GPU launch needs CUDA tensors "
+                              f"(or set MINITRITON_INTERPRET=1 to run the kernel on the CPU)")
+        placed = [f"'{self.arg_names[i]}' on {values[i].device}" for i in self._runtime_idx
+                  if isinstance(values[i], Tensor)]
+        if len({values[i].get_device() for i in self._runtime_idx if isinstance(values[i], Tensor)}) > 1:
+            return ValueError(f"the tensors passed to {where} are on different devices: {', '.join(placed)}")
+        return ValueError(f"argument '{name}' of {where} is on {tensor.device} but the current device is "
+                          f"cuda:{device}; launch inside `with torch.cuda.device({tensor.get_device()}):`")
+
+    def _unhashable_constexpr(self, values: Sequence[Any]) -> TypeError:
+        for i in self._constexpr_idx:
+            try:
+                hash(values[i])
+            except TypeError:
+                return TypeError(f"constexpr '{self.arg_names[i]}' of kernel '{self.__name__}' = {values[i]!r} "
+                                 f"is not hashable; pass a tuple instead of a list")
+        return TypeError(f"kernel '{self.__name__}': an argument is not hashable")
+
+    def _grid(self, grid: Any, values: Sequence[Any], num_warps: int, num_stages: int) -> tuple[int, int, int]:
+        """(gx, gy, gz) from a tuple or a callable of the meta-parameters; ValueError beyond the hardware limits."""
+        if callable(grid):
+            meta = dict(zip(self.arg_names, values))
+            meta["num_warps"], meta["num_stages"] = num_warps, num_stages
+            grid = grid(meta)
+        if type(grid) is tuple and 0 < len(grid) <= 3:
+            dims = grid
+        elif isinstance(grid, (tuple, list)) and 0 < len(grid) <= 3:
+            dims = tuple(grid)
+        elif isinstance(grid, numbers.Integral):
+            dims = (grid,)
+        else:
+            raise ValueError(f"grid of kernel '{self.__name__}' must be a tuple of 1 to 3 positive ints (or a "
+                             f"callable returning one), got {grid!r}")
+        gx = dims[0]
+        gy = dims[1] if len(dims) > 1 else 1
+        gz = dims[2] if len(dims) > 2 else 1
+        if type(gx) is not int or type(gy) is not int or type(gz) is not int:
+            gx, gy, gz = self._grid_ints(dims, gx, gy, gz)
+        if not (0 < gx <= 2147483647 and 0 < gy <= 65535 and 0 < gz <= 65535):
+            raise ValueError(self._grid_message(dims))
+        return gx, gy, gz
+
+    def _grid_ints(self, dims: tuple, *xyz: Any) -> tuple[int, int, int]:
+        try:
+            return tuple(operator.index(d) for d in xyz)  # type: ignore[return-value]
+        except TypeError:
+            raise ValueError(f"grid of kernel '{self.__name__}' must hold ints, got {dims!r}") from None
+
+    def _grid_message(self, dims: tuple) -> str:
+        for axis, (d, limit) in enumerate(zip(dims, GRID_LIMITS)):
+            if not 0 < d <= limit:
+                return (f"grid of kernel '{self.__name__}' is {dims}: dimension {'xyz'[axis]} = {d} must be between "
+                        f"1 and {limit}")
+        return f"grid of kernel '{self.__name__}' is {dims}"
+
+    # ------------------------------------------------------------------------------------- compiling
+
+    def _build(self, key: tuple, values: Sequence[Any], num_warps: int, num_stages: int) -> Any:
+        """Slow path of a launch: from the disk cache or the compiler, then a Launcher kept under `key`."""
+        from minitriton import compiler
+        from .cache import DiskCache
+        from .launcher import Launcher
+
+        with self._lock:
+            launcher = self._variants.get(key)
+            if launcher is not None:
+                return launcher
+            specs, constexprs = self._decode_key(key, values, num_warps, num_stages)
+            disk = DiskCache()
+            cache_key = self.cache_key(specs, constexprs, num_warps, num_stages)
+            compiled = disk.load(cache_key)
+            if compiled is None:
+                compiled = compiler.compile_kernel(
+                    self.fn, {n: s.type for n, s in specs.items()}, constexprs,
+                    divisibility={n: s.divisibility for n, s in specs.items()},
+                    equal_to_one={n for n, s in specs.items() if s.equal_to_one},
+                    num_warps=num_warps, num_stages=num_stages, target="cubin")
+                disk.store(cache_key, compiled)
+            launcher = Launcher(compiled, self.runtime_params)
+            self._variants[key] = launcher
+            return launcher
+
+    def _decode_key(self, key: tuple, values: Sequence[Any], num_warps: int,
+                    num_stages: int) -> tuple[dict[str, ArgSpec], dict[str, Any]]:
+        if num_warps not in VALID_NUM_WARPS:
+            raise ValueError(f"num_warps of kernel '{self.__name__}' is {num_warps!r}; expected one of "
+                             f"{', '.join(map(str, VALID_NUM_WARPS))}")
+        if type(num_stages) is not int or num_stages < 1:
+            raise ValueError(f"num_stages of kernel '{self.__name__}' is {num_stages!r}; expected an int >= 1")
+        specs = {n: parse_arg_spec(code) for n, code in zip(self.runtime_params, key)}
+        constexprs = {self.arg_names[i]: values[i] for i in self._constexpr_idx}
+        return specs, constexprs
+
+    def cache_key(self, specs: dict[str, ArgSpec], constexprs: dict[str, Any], num_warps: int,
+                  num_stages: int) -> str:
+        """The on-disk key: compiler version, kernel + helper sources, specialization, constexprs, options."""
+        from minitriton.compiler import ARCH, compiler_version
+        from .cache import cache_key
+
+        parts = [compiler_version(), ARCH, self.fingerprint(), f"num_warps={num_warps}", f"num_stages={num_stages}"]
+        parts += [f"{n}:{s.code}" for n, s in specs.items()]
+        parts += [f"{n}={type(v).__module__}.{type(v).__qualname__}:{v!r}" for n, v in constexprs.items()]
+        return cache_key(parts)
+
+    def fingerprint(self) -> str:
+        """sha256 of the kernel's source, the helpers it calls and the module-level constants it reads."""
+        if self._fingerprint is None:
+            self._fingerprint = source_fingerprint(self.fn)
+        return self._fingerprint
+
+    @property
+    def source(self) -> str:
+        return inspect.getsource(self.fn)
+
+    # --------------------------------------------------------------------------------- interpreting
+
+    def _interpret(self, grid: Any, args: tuple, kwargs: dict) -> None:
+        """Build the tile IR (canonicalize only) once per key and run it on CPU tensors in the interpreter.
+
+        The interpreter takes the kernel's IR arguments in order: runtime parameters, including those equal to 1
+        (the frontend folds their value but keeps them in the signature), matched by name."""
+        values, num_warps, num_stages = self._bind(args, kwargs)
+        key, _ = self._specialize(values, num_warps, num_stages, -1, True)
+        grid3 = self._grid(grid, values, num_warps, num_stages)
+        try:
+            entry = self._interpreted.get(key)
+        except TypeError:
+            raise self._unhashable_constexpr(values) from None
+        if entry is None:
+            entry = self._build_interpreted(key, values, num_warps, num_stages)
+        run_program, positions = entry
+        run_program(grid3, [values[i] for i in positions])
+
+    def _build_interpreted(self, key: tuple, values: Sequence[Any], num_warps: int,
+                           num_stages: int) -> tuple[Any, list[int]]:
+        from minitriton import compiler
+
+        specs, constexprs = self._decode_key(key, values, num_warps, num_stages)
+        module, _ = compiler.build_ir(
+            self.fn, {n: s.type for n, s in specs.items()}, constexprs,
+            divisibility={n: s.divisibility for n, s in specs.items()},
+            equal_to_one={n for n, s in specs.items() if s.equal_to_one},
+            num_warps=num_warps, num_stages=num_stages, pipeline=compiler.INTERPRET_PIPELINE)
+        from minitriton.interpreter import compile_function
+
+        func = module.functions[0]
+        names = func.attrs.get("arg_names") or self.runtime_params
+        positions = [self.arg_names.index(n) for n in names]
+        entry = (compile_function(func), positions)  # compiled once, run at every launch of this key
+        self._interpreted[key] = entry
+        return entry
+
+    # ----------------------------------------------------------------------------- ahead of time
+
+    def aot_spec(self, signature: str, num_warps: int | None = None, num_stages: int | None = None,
+                 name: str | None = None, **constexprs: Any) -> AotSpec:
+        """An ahead-of-time specialization (not recorded); SignatureError on unknown types or parameters."""
+        args = parse_signature(signature, self.runtime_params, self.constexpr_params)
+        for k in constexprs:
+            if k not in self.constexpr_params:
+                kind = "a runtime parameter: give its type in the signature" if k in self.runtime_params else \
+                    f"not a parameter of kernel '{self.__name__}'"
+                raise SignatureError(f"'{k}' is {kind} (constexpr parameters: "
+                                     f"{', '.join(self.constexpr_params) or 'none'})")
+        values = {n: constexprs[n] if n in constexprs else self.defaults.get(n, inspect.Parameter.empty)
+                  for n in self.constexpr_params}
+        missing = [n for n, v in values.items() if v is inspect.Parameter.empty]
+        if missing:
+            raise SignatureError(f"kernel '{self.__name__}' needs a value for constexpr(s) {', '.join(missing)}")
+        nw = self.options["num_warps"] if num_warps is None else num_warps
+        ns = self.options["num_stages"] if num_stages is None else num_stages
+        if nw not in VALID_NUM_WARPS:
+            raise SignatureError(f"num_warps={nw!r}; expected one of {', '.join(map(str, VALID_NUM_WARPS))}")
+        return AotSpec(self, args, values, nw, ns, name, signature)
+
+    def specialize(self, signature: str, num_warps: int | None = None, num_stages: int | None = None,
+                   name: str | None = None, **constexprs: Any) -> "Kernel":
+        """Declare an AOT specialization (compiled by `minitriton compile FILE.py`); returns the kernel."""
+        self.specializations.append(self.aot_spec(signature, num_warps, num_stages, name, **constexprs))
+        return self
+
+    def __repr__(self) -> str:
+        return f"<mt.kernel {self.__name__}({', '.join(self.arg_names)})>"
+
+
+def kernel(fn: Callable | None = None, *, num_warps: int = 4, num_stages: int = 3) -> Any:
+    """`@mt.kernel` or `@mt.kernel(num_warps=8, num_stages=4)`: make a launchable Kernel of a Python function."""
+    if fn is None:
+        return lambda f: Kernel(f, num_warps=num_warps, num_stages=num_stages)
+    return Kernel(fn, num_warps=num_warps, num_stages=num_stages)
+
+
+# ---------------------------------------------------------------------------------- source fingerprint
+
+
+def source_fingerprint(fn: Callable) -> str:
+    """Hash of fn's source plus, transitively, the helper functions and constants it names.
+
+    Helpers and constants are found through the function's globals and closure: every name its code reads that is bound to a Python
+    function (or an object wrapping one in `.fn`, like a Kernel or an @mt.func helper). minitriton's own functions
+    are covered by the compiler version and skipped.
+    """
+    digest = hashlib.sha256()
+    seen: set[int] = set()
+    pending = [fn]
+    while pending:
+        f = pending.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        digest.update(f"{f.__module__}.{f.__qualname__}\n".encode())
+        digest.update(_function_source(f).encode())
+        for name, value in _referenced_values(f):
+            helper = _as_function(value)
+            if helper is not None:
+                if not (helper.__module__ or "").startswith("minitriton"):
+                    pending.append(helper)
+            elif isinstance(value, (int, float, bool, str, type(None))) or _is_dtype(value):
+                digest.update(f"{name}={value!r}\n".encode())
+    return digest.hexdigest()
+
+
+def _referenced_values(f: types.FunctionType) -> list[tuple[str, Any]]:
+    """(name, value) of every global the code reads and every variable it closes over, sorted by name."""
+    found = {n: f.__globals__[n] for n in _global_names(f.__code__) if n in f.__globals__}
+    for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:  # an empty cell: not bound yet
+            pass
+    return sorted(found.items(), key=lambda item: item[0])
+
+
+def _function_source(f: types.FunctionType) -> str:
+    try:
+        return inspect.getsource(f)
+    except (OSError, TypeError):  # defined in a REPL or exec: fall back to the bytecode
+        return f.__code__.co_code.hex() + repr(f.__code__.co_consts)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _as_function(value: Any) -> types.FunctionType | None:
+    if isinstance(value, types.FunctionType):
+        return value
+    inner = getattr(value, "fn", None) if not isinstance(value, types.ModuleType) else None
+    return inner if isinstance(inner, types.FunctionType) else None
+
+
+def _is_dtype(value: Any) -> bool:
+    from minitriton.ir.types import ScalarType
+
+    return isinstance(value, ScalarType)
