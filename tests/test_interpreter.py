@@ -600,8 +600,9 @@ def test_float_to_float_casts() -> None:
     bf_vals = [1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 1.0 + 2.0**-8 + 2.0**-20, 3.4e38, -INF]
     assert run_cast(f32, bf16, bf_vals) == [1.0, 1.0 + 2.0**-6, 1.0 + 2.0**-7, INF, -INF]
     # f64 -> bf16 rounds once: a value just above a bf16 tie must round up even though f32 would make it a tie
-    just_above_tie = 1.0 + 2.0**-8 + 2.0**-40
-    assert run_cast(f64, bf16, [just_above_tie, 1.0 + 2.0**-8]) == [1.0 + 2.0**-7, 1.0]
+    # (and one just below a tie must round down although f32 rounds it up onto the tie)
+    above, below = 1.0 + 2.0**-8 + 2.0**-40, 1.0 + 2.0**-8 - 2.0**-40
+    assert run_cast(f64, bf16, [above, below, 1.0 + 2.0**-8, -above]) == [1.0 + 2.0**-7, 1.0, 1.0, -1.0 - 2.0**-7]
     assert run_cast(bf16, f32, [1.5, -3.0]) == [1.5, -3.0]
     assert run_cast(f16, bf16, [65504.0]) == [65536.0]
 

@@ -216,7 +216,7 @@ def test_parse_type_round_trips(text: str) -> None:
 
 
 def test_parse_type_values() -> None:
-    assert parse_type("tensor<4x!mt.ptr<f32>>") == tensor([4, ], F32P)
+    assert parse_type("tensor<4x!mt.ptr<f32>>") == tensor([4], F32P)
     assert parse_type("() -> i32") == FunctionType((), (i32,))
 
 
@@ -319,6 +319,12 @@ def test_top_level_ops_are_wrapped_in_a_module() -> None:
 
 def test_empty_text_is_an_empty_module() -> None:
     assert print_module(parse_module("// nothing\n\n")) == print_module(Module())
+
+
+def test_block_label_without_arguments() -> None:
+    """MLIR's own generic print of an empty module gives its empty block a bare `^bb0:` header."""
+    module = parse_module('"builtin.module"() ({\n^bb0:\n}) : () -> ()\n')
+    assert len(module.op.regions[0].blocks) == 1 and not module.body.ops and not module.body.args
 
 
 # ------------------------------------------------------------------------------------------ errors

@@ -41,16 +41,7 @@ def assert_mlir_parses(text: str) -> str:
     return generic
 
 
-# Known printer incompatibilities (a patch for printer.py is proposed in the parser helper's report): strict, so
-# that they turn into failures, to be removed, once the printer is fixed.
-EMPTY_BLOCK = pytest.mark.xfail(strict=True, reason="printer.py prints an empty block as no text at all, which "
-                                "MLIR reads as a region with no block; builtin.module needs one (MLIR prints `^bb0:`)")
-RAW_CONTROL_CHARS = pytest.mark.xfail(strict=True, reason="printer.py's format_string leaves control characters "
-                                      "raw; MLIR rejects a raw \\v or \\f in a string literal (wants \\0B)")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=EMPTY_BLOCK) if n == "empty_module" else n
-                                  for n in sample_modules()])
+@pytest.mark.parametrize("name", list(sample_modules()))
 def test_mlir_parses_printed_samples(name: str) -> None:
     assert_mlir_parses(print_module(sample_modules()[name]))
 
@@ -70,7 +61,6 @@ def test_mlir_keeps_special_float_bits() -> None:
         assert bits in generic
 
 
-@RAW_CONTROL_CHARS
 def test_mlir_parses_control_characters_in_strings() -> None:
     func = make_function("k", [], [], loc=Location("odd\x0bname.py", 1, 0), note="form\x0cfeed \x01 \x7f")
     Builder(function_body(func)).create("mt.return")

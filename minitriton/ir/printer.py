@@ -33,8 +33,13 @@ def format_float(x: float) -> str:
     return text
 
 
+# MLIR string escapes: \\ \" \n \t, and \XX (hex) for other control characters, which MLIR rejects raw (\v, \f)
+_STRING_ESCAPES = {c: f"\\{c:02X}" for c in [*range(32), 127]}
+_STRING_ESCAPES.update({ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n", ord("\t"): "\\t"})
+
+
 def format_string(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return '"' + s.translate(_STRING_ESCAPES) + '"'
 
 
 def format_attr(v: Any) -> str:
@@ -114,13 +119,16 @@ class Printer:
         self.lines.append(tail)
 
     def print_block(self, block: Block, indent: int) -> None:
-        if block.args:
+        # The header is omitted when a block has no args, except when it is empty too: MLIR reads `({\n})` as a
+        # region with no block at all (and then rejects builtin.module), so an empty block prints as `^bb0:`.
+        if block.args or not block.ops:
             args = []
             for a in block.args:
                 self.names[id(a)] = f"%arg{self.next_arg}"
                 self.next_arg += 1
                 args.append(f"{self.names[id(a)]}: {a.type}")
-            self.lines.append("  " * (indent - 1) + "^bb0(" + ", ".join(args) + "):")
+            header = f"^bb0({', '.join(args)}):" if args else "^bb0:"
+            self.lines.append("  " * (indent - 1) + header)
         for op in block.ops:
             self.print_op(op, indent)
 

@@ -1,0 +1,336 @@
+"""What layout encodings mean: which thread of a CTA holds which element of a tile, in which register.
+
+Two distributed encodings (Triton's, simplified), attached to tensor types by the tiling pass:
+
+  #mt.blocked<{sizePerThread = [..], threadsPerWarp = [..], warpsPerCTA = [..], order = [..]}>
+  #mt.slice<{dim = d, parent = #mt.blocked<...>}>
+
+Blocked. `order` lists the dims from fastest to slowest varying. Thread `tid` has lane = tid % 32 and warp =
+tid // 32; the lane is split into one coordinate per dim (lane_d, taking log2(threadsPerWarp[d]) bits, the dims in
+`order`, the first dim of `order` in the lowest bits), and so is the warp. The thread's coordinate along d is
+t_d = lane_d + threadsPerWarp[d] * warp_d. One "CTA tile" covers tile_d = sizePerThread[d] * threadsPerWarp[d] *
+warpsPerCTA[d] elements along d. Along a dim of extent S_d, the thread holds the elements
+
+    (spt_d * t_d) % S_d  +  rep * tile_d + s,     s < min(spt_d, S_d),  rep < max(1, S_d // tile_d)
+
+that is: a contiguous run of sizePerThread elements per CTA tile, the tile repeated when the tensor is larger,
+wrapped around (several threads holding the same element: "replication") when it is smaller. Every extent is a
+power of two, so this splits into a per-thread *base* (the first term) plus a per-register constant *offset*
+(the rest), which is what makes the codegen simple: an element's coordinate is base(thread) + offset(register).
+Registers are numbered over the per-dim local indices j_d = rep * min(spt_d, S_d) + s, with the first dim of
+`order` varying fastest, so the `sizePerThread` elements of a run along order[0] are consecutive registers (the
+vectorized loads and stores rely on this).
+
+Slice. `#mt.slice<{dim = d, parent = P}>` over a shape S is P over S with a size-1 dim inserted at d, that dim then
+dropped: reduce(x: P, axis=d) gives a slice of P, and expand_dims(slice(d, P), axis=d) gives back P with the
+same registers. The lanes and warps that P spreads along d hold copies of the same element.
+
+Everything below is pure Python on ints (no IR walking): `thread_map(encoding, shape)` gives a ThreadMap, and the
+functions on it say what a thread holds. The codegen builds every lowering on these functions, and the tests
+check them exhaustively on small shapes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
+
+from .types import LayoutAttr, layout
+
+WARP_SIZE = 32
+
+
+def log2(n: int) -> int:
+    """log2 of a power of two (raises on anything else: every extent in a layout is a power of two)."""
+    if n <= 0 or n & (n - 1):
+        raise ValueError(f"{n} is not a power of two")
+    return n.bit_length() - 1
+
+
+# --------------------------------------------------------------------------------------- building encodings
+
+
+def blocked(size_per_thread: Sequence[int], threads_per_warp: Sequence[int], warps_per_cta: Sequence[int],
+            order: Sequence[int]) -> LayoutAttr:
+    """The `#mt.blocked` encoding with these parameters (checked: see `check_blocked`)."""
+    enc = layout("blocked", sizePerThread=list(size_per_thread), threadsPerWarp=list(threads_per_warp),
+                 warpsPerCTA=list(warps_per_cta), order=list(order))
+    check_blocked(enc)
+    return enc
+
+
+def slice_of(dim: int, parent: LayoutAttr) -> LayoutAttr:
+    """`#mt.slice<{dim = dim, parent = parent}>`: the layout of parent-layout values reduced over `dim`."""
+    if not 0 <= dim < rank_of(parent):
+        raise ValueError(f"slice dim {dim} out of range for {parent}")
+    return layout("slice", dim=dim, parent=parent)
+
+
+def is_blocked(enc: LayoutAttr | None) -> bool:
+    return enc is not None and enc.kind == "blocked"
+
+
+def is_slice(enc: LayoutAttr | None) -> bool:
+    return enc is not None and enc.kind == "slice"
+
+
+def rank_of(enc: LayoutAttr) -> int:
+    """The rank of the tensors this encoding lays out."""
+    if enc.kind == "blocked":
+        return len(enc.get("order"))
+    if enc.kind == "slice":
+        return rank_of(enc.get("parent")) - 1
+    raise ValueError(f"unknown layout kind {enc.kind!r}")
+
+
+def num_warps_of(enc: LayoutAttr) -> int:
+    """How many warps the encoding spreads a tile over."""
+    while enc.kind == "slice":
+        enc = enc.get("parent")
+    n = 1
+    for w in enc.get("warpsPerCTA"):
+        n *= w
+    return n
+
+
+def check_blocked(enc: LayoutAttr) -> None:
+    """Raise ValueError unless `enc` is a well-formed blocked encoding (powers of two, 32 lanes, an order)."""
+    spt, tpw, wpc, order = (tuple(enc.get(k, ())) for k in ("sizePerThread", "threadsPerWarp", "warpsPerCTA",
+                                                             "order"))
+    rank = len(order)
+    if not (len(spt) == len(tpw) == len(wpc) == rank) or sorted(order) != list(range(rank)):
+        raise ValueError(f"malformed blocked layout {enc}")
+    for v in spt + tpw + wpc:
+        log2(v)
+    prod = 1
+    for t in tpw:
+        prod *= t
+    if prod != WARP_SIZE:
+        raise ValueError(f"threadsPerWarp of {enc} must multiply to {WARP_SIZE}")
+
+
+def blocked_for_shape(shape: Sequence[int], num_warps: int, size_per_thread: Sequence[int] | None = None,
+                      order: Sequence[int] | None = None) -> LayoutAttr:
+    """The blocked layout Triton would build for `shape` (BlockedEncodingAttr::get): starting at the fastest dim,
+    give each dim as many lanes (then warps) as it has runs of sizePerThread, and the leftovers to the slowest dim.
+    Defaults: one element per thread, the last dim fastest."""
+    rank = len(shape)
+    spt = list(size_per_thread) if size_per_thread is not None else [1] * rank
+    order = list(order) if order is not None else list(reversed(range(rank)))
+    tpw, wpc = [1] * rank, [1] * rank
+    lanes, warps, threads = WARP_SIZE, num_warps, WARP_SIZE * num_warps
+    for d in order[:-1]:
+        want = max(1, min(threads, max(1, shape[d] // spt[d])))
+        tpw[d] = max(1, min(want, lanes))
+        wpc[d] = max(1, min(want // tpw[d], warps))
+        lanes //= tpw[d]
+        warps //= wpc[d]
+        threads //= want
+    tpw[order[-1]] *= lanes
+    wpc[order[-1]] *= warps
+    return blocked(spt, tpw, wpc, order)
+
+
+def default_layout(shape: Sequence[int], num_warps: int) -> LayoutAttr:
+    """The layout a tensor gets when nothing asks for another: one element per thread, last dim fastest."""
+    return blocked_for_shape(shape, num_warps)
+
+
+def permute_layout(enc: LayoutAttr, perm: Sequence[int]) -> LayoutAttr:
+    """The blocked layout of trans(x, perm) that keeps every element in the same thread and register as in x:
+    result dim i is operand dim perm[i], so each per-dim parameter moves with its dim."""
+    if not is_blocked(enc):
+        raise ValueError(f"only blocked layouts are permuted, got {enc}")
+    inverse = [perm.index(d) for d in range(len(perm))]
+    pick = [[enc.get(k)[p] for p in perm] for k in ("sizePerThread", "threadsPerWarp", "warpsPerCTA")]
+    return blocked(pick[0], pick[1], pick[2], [inverse[d] for d in enc.get("order")])
+
+
+# --------------------------------------------------------------------------------------------- thread maps
+
+
+@dataclass(frozen=True)
+class DimMap:
+    """How one tensor dim is spread: extent `size`; runs of `spt` elements per thread; `tpw` lanes and `wpc` warps
+    along it, their coordinates read from the lane id at bit `lane_shift` and the warp id at bit `warp_shift`."""
+
+    size: int
+    spt: int
+    tpw: int
+    wpc: int
+    lane_shift: int
+    warp_shift: int
+
+    @property
+    def tile(self) -> int:
+        """Elements one CTA-wide repetition covers along this dim."""
+        return self.spt * self.tpw * self.wpc
+
+    @property
+    def run(self) -> int:
+        """Contiguous elements a thread holds per repetition (the run is cut short by a smaller extent)."""
+        return min(self.spt, self.size)
+
+    @property
+    def reps(self) -> int:
+        return max(1, self.size // self.tile)
+
+    @property
+    def per_thread(self) -> int:
+        """Elements along this dim that one thread holds."""
+        return self.run * self.reps
+
+    @property
+    def distinct_lanes(self) -> int:
+        """How many lane coordinates hold different elements (the others are copies)."""
+        return min(self.tpw, max(1, self.size // self.spt))
+
+    @property
+    def distinct_warps(self) -> int:
+        """How many warp coordinates hold different elements."""
+        return min(self.wpc, max(1, self.size // (self.spt * self.tpw)))
+
+    def lane_coord(self, lane: int) -> int:
+        return (lane >> self.lane_shift) & (self.tpw - 1)
+
+    def warp_coord(self, warp: int) -> int:
+        return (warp >> self.warp_shift) & (self.wpc - 1)
+
+    def thread_coord(self, lane: int, warp: int) -> int:
+        return self.lane_coord(lane) + self.tpw * self.warp_coord(warp)
+
+    def base(self, lane: int, warp: int) -> int:
+        """The first element along this dim that the thread holds."""
+        return (self.spt * self.thread_coord(lane, warp)) % self.size
+
+    def offset(self, j: int) -> int:
+        """The offset from the base of the thread's local element j (0 <= j < per_thread)."""
+        rep, s = divmod(j, self.run)
+        return rep * self.tile + s
+
+    def is_owner(self, lane: int, warp: int) -> bool:
+        """Whether this thread is the first of the copies of its elements along this dim."""
+        return self.spt * self.thread_coord(lane, warp) < self.size
+
+
+@dataclass(frozen=True)
+class ThreadMap:
+    """A layout applied to a shape: `dims` (one DimMap per tensor dim), `hidden` (size-1 dims sliced away: their
+    lanes and warps hold copies) and `reg_offsets` (per register, its offset from the thread's base coordinate).
+
+    Thread tid holds, in register r, the element base(tid) + reg_offsets[r]."""
+
+    dims: tuple[DimMap, ...]
+    hidden: tuple[DimMap, ...]
+    reg_offsets: tuple[tuple[int, ...], ...]
+    num_warps: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(d.size for d in self.dims)
+
+    @property
+    def num_regs(self) -> int:
+        return len(self.reg_offsets)
+
+    @property
+    def num_threads(self) -> int:
+        return self.num_warps * WARP_SIZE
+
+    def base(self, tid: int) -> tuple[int, ...]:
+        lane, warp = tid % WARP_SIZE, tid // WARP_SIZE
+        return tuple(d.base(lane, warp) for d in self.dims)
+
+    def element(self, tid: int, reg: int) -> tuple[int, ...]:
+        """The coordinates of the element thread `tid` holds in register `reg`."""
+        return tuple(b + o for b, o in zip(self.base(tid), self.reg_offsets[reg]))
+
+    def elements(self, tid: int) -> list[tuple[int, ...]]:
+        return [self.element(tid, r) for r in range(self.num_regs)]
+
+    def is_owner(self, tid: int) -> bool:
+        """Whether thread `tid` is the designated holder of its elements (exactly one owner per element)."""
+        lane, warp = tid % WARP_SIZE, tid // WARP_SIZE
+        return all(d.is_owner(lane, warp) for d in self.dims + self.hidden)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether some element is held by more than one thread."""
+        return any(d.tpw * d.wpc * d.spt > d.size for d in self.dims) or \
+            any(d.tpw * d.wpc > 1 for d in self.hidden)
+
+    def reg_of_offset(self) -> dict[tuple[int, ...], int]:
+        """offset -> register index (offsets are distinct within a thread)."""
+        return {o: r for r, o in enumerate(self.reg_offsets)}
+
+
+def thread_map(enc: LayoutAttr, shape: Sequence[int]) -> ThreadMap:
+    """The ThreadMap of encoding `enc` over `shape`."""
+    return _thread_map(enc, tuple(shape))
+
+
+@lru_cache(maxsize=4096)
+def _thread_map(enc: LayoutAttr, shape: tuple[int, ...]) -> ThreadMap:
+    if rank_of(enc) != len(shape):
+        raise ValueError(f"layout {enc} has rank {rank_of(enc)}, shape {shape} has rank {len(shape)}")
+    for s in shape:
+        log2(s)
+    if enc.kind == "slice":
+        d = enc.get("dim")
+        parent = _thread_map(enc.get("parent"), shape[:d] + (1,) + shape[d:])
+        dims = parent.dims[:d] + parent.dims[d + 1:]
+        offsets = tuple(o[:d] + o[d + 1:] for o in parent.reg_offsets)
+        return ThreadMap(dims, parent.hidden + (parent.dims[d],), offsets, parent.num_warps)
+    check_blocked(enc)
+    spt, tpw, wpc, order = (enc.get(k) for k in ("sizePerThread", "threadsPerWarp", "warpsPerCTA", "order"))
+    lane_shift, warp_shift = [0] * len(shape), [0] * len(shape)
+    ls = ws = 0
+    for d in order:
+        lane_shift[d], warp_shift[d] = ls, ws
+        ls += log2(tpw[d])
+        ws += log2(wpc[d])
+    dims = tuple(DimMap(shape[d], spt[d], tpw[d], wpc[d], lane_shift[d], warp_shift[d]) for d in range(len(shape)))
+    offsets = []
+    counts = [dims[d].per_thread for d in order]
+    total = 1
+    for c in counts:
+        total *= c
+    for r in range(total):
+        local, rest = [0] * len(shape), r
+        for d, c in zip(order, counts):  # order[0] varies fastest
+            rest, local[d] = divmod(rest, c)
+        offsets.append(tuple(dims[d].offset(local[d]) for d in range(len(shape))))
+    return ThreadMap(dims, (), tuple(offsets), num_warps_of(enc))
+
+
+def vector_groups(tmap: ThreadMap, dim: int, width: int) -> list[list[int]]:
+    """Registers in groups of `width` that hold `width` consecutive elements along `dim` (first register lowest),
+    for vectorized memory access. Raises ValueError when the registers do not group that way."""
+    if tmap.num_regs % width:
+        raise ValueError(f"{tmap.num_regs} registers do not split into vectors of {width}")
+    groups = []
+    for start in range(0, tmap.num_regs, width):
+        group = list(range(start, start + width))
+        first = tmap.reg_offsets[start]
+        for k, r in enumerate(group):
+            want = tuple(o + (k if d == dim else 0) for d, o in enumerate(first))
+            if tmap.reg_offsets[r] != want:
+                raise ValueError(f"registers {group} are not {width} consecutive elements along dim {dim}")
+        groups.append(group)
+    return groups
+
+
+def linear_index(coord: Sequence[int], shape: Sequence[int]) -> int:
+    """Row-major index of `coord` in `shape`."""
+    idx = 0
+    for c, s in zip(coord, shape):
+        idx = idx * s + c
+    return idx
+
+
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return tuple(reversed(strides))
