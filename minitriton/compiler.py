@@ -255,24 +255,33 @@ def compiler_version() -> str:
     """A hash of every source file of the compiler (minitriton, frontend, passes, codegen), once per process.
 
     Any edit to the compiler changes it, so cached kernels built by another version are never reused.
+    (runtime/cache.py memoizes it on disk by the files' sizes and mtimes: reading them all takes milliseconds.)
     """
     digest = hashlib.sha256()
-    for root in _compiler_roots():
-        for path in sorted(root.rglob("*")):
-            if path.suffix in (".py", ".lark") and "__pycache__" not in path.parts:
-                digest.update(str(path.relative_to(root)).encode())
-                digest.update(path.read_bytes())
+    for root, path in compiler_sources():
+        digest.update(os.path.relpath(path, root).encode())
+        with open(path, "rb") as f:
+            digest.update(f.read())
     return digest.hexdigest()[:32]
 
 
-def _compiler_roots() -> list[Path]:
-    roots = [Path(__file__).resolve().parent]
+def compiler_sources() -> list[tuple[str, str]]:
+    """(root, path) of every .py / .lark file of the compiler, in a fixed order."""
+    found = []
+    for root in _compiler_roots():
+        for folder, subfolders, files in os.walk(root):
+            subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+            found += [(root, os.path.join(folder, n)) for n in sorted(files) if n.endswith((".py", ".lark"))]
+    return found
+
+
+def _compiler_roots() -> list[str]:
+    """The folders of minitriton and of the packages mapped into it (frontend/, passes/, codegen/)."""
+    roots = [os.path.dirname(os.path.realpath(__file__))]
     for sub in ("minitriton.frontend", "minitriton.passes", "minitriton.codegen"):
         spec = importlib.util.find_spec(sub)  # finds the folder without importing the package
         if spec is not None and spec.submodule_search_locations:
-            roots.extend(Path(p).resolve() for p in spec.submodule_search_locations)
-    unique: list[Path] = []
-    for r in roots:  # minitriton/ holds runtime/, ir/, interpreter/: skip roots nested in another
-        if not any(r != u and u in r.parents for u in roots) and r not in unique:
-            unique.append(r)
-    return unique
+            roots.extend(os.path.realpath(p) for p in spec.submodule_search_locations)
+    # minitriton/ holds runtime/, ir/, interpreter/: drop roots nested in another (a source install)
+    return [r for i, r in enumerate(roots)
+            if r not in roots[:i] and not any(r.startswith(u + os.sep) for u in roots if u != r)]

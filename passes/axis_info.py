@@ -257,8 +257,8 @@ class AxisAnalysis:
             return _select(ins[0], ins[1], ins[2])
         if name == "mt.cast":
             src, dst = op.operands[0].type.scalar, op.result.type.scalar
-            widening = isinstance(src, ScalarType) and src.is_int and not src.is_bool and dst.bits >= src.bits  # type: ignore
-            if widening:
+            if isinstance(src, ScalarType) and src.is_int and not src.is_bool and dst.is_int and \
+                    dst.bits >= src.bits:  # type: ignore[union-attr]  (widening keeps every value)
                 return ins[0]
         if not shape:
             return AxisInfo((), (), (), 1)

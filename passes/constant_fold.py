@@ -5,13 +5,14 @@ Rewrites, in every kernel:
   result, with the op set's exact semantics: integers wrap to the type's width, signedness comes from the type
   (i1 is the unsigned 0/1), div/rem truncate toward zero (C), shifts follow ops.py, floats round to nearest
   even in their type (f16/bf16 math is computed in f32 first), casts and same-width int<->float bitcasts;
-  splat / broadcast / expand_dims / reshape / trans of a constant into a constant of the new type;
+  splat / broadcast / expand_dims / reshape / trans / convert_layout of a constant into a constant of the new
+  type;
 - exact identities into their operand or a constant: x+0, x-0, x*1, x/1, x|0, x^0, x&-1, x<<0, x>>0 (and
   mirror images) into x; x*0, x&0, x-x, x^x into 0 and x|-1 into -1 (integers only); x&x, x|x, max(x,x),
   min(x,x), select(c, x, x) into x; addptr(p, 0) into p; cmp of one integer value with itself into true/false;
-  select with a constant condition into the taken value; casts / bitcasts / broadcasts / reshapes / transposes
-  that change nothing into their operand. For floats only identities exact for every input (signed zeros, NaN,
-  inf) apply: x+(-0.0), x-(+0.0), x*1.0, x/1.0;
+  select with a constant condition into the taken value; casts / bitcasts / broadcasts / reshapes / transposes /
+  layout conversions that change nothing into their operand. For floats only the identities exact for every
+  input (signed zeros, NaN, inf) apply: x+(-0.0), x-(+0.0), x*1.0, x/1.0;
 - `scf.if` with a constant condition into the ops of the taken region (inlined before it), its results into that
   region's yielded values; `scf.for` with constant bounds and lb >= ub (zero iterations) into its init values.
 
@@ -30,7 +31,7 @@ from typing import Callable, Union
 import numpy as np
 
 from minitriton.ir import OPS, Block, Module, Operation, ScalarType, Value, function_body
-from minitriton.ir.numeric import wrap_int  # the canonical integer form: wrapped to the type, i1 as 0/1
+from minitriton.ir.numeric import round_exact, wrap_int  # exact rounding; ints wrapped to the type, i1 as 0/1
 
 from .registry import register_pass
 
@@ -52,31 +53,6 @@ def int_bounds(ty: ScalarType) -> tuple[int, int]:
 
 
 # (precision in bits including the hidden one, exponent of the smallest normal, largest exponent)
-_FLOAT_FORMATS = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126, 127), "f64": (53, -1022, 1023)}
-
-
-def round_exact(x: Number | Fraction, ty: ScalarType) -> float:
-    """The value of type `ty` nearest to the exact number `x`, ties to even, overflowing to inf (IEEE RNE).
-
-    Unlike numeric.round_float (which takes a float and goes through f32 for bf16), this rounds the exact
-    value once, so an i64 -> f32 cast or an f64 -> bf16 cast folds to what a single cvt.rn gives.
-    """
-    if isinstance(x, float) and not math.isfinite(x):
-        return x
-    if x == 0:
-        return float(x) if isinstance(x, float) else 0.0  # keeps the sign of a float zero
-    precision, emin, emax = _FLOAT_FORMATS[ty.name]
-    magnitude = abs(Fraction(x))
-    exponent = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
-    if Fraction(2) ** exponent > magnitude:
-        exponent -= 1  # now 2**exponent <= magnitude < 2**(exponent + 1)
-    quantum = Fraction(2) ** (max(exponent, emin) - precision + 1)  # the spacing of values there (subnormals too)
-    rounded = round(magnitude / quantum) * quantum  # Fraction rounds half to even
-    largest = (2 - Fraction(2) ** (1 - precision)) * Fraction(2) ** emax
-    result = math.inf if rounded > largest else float(rounded)  # float() is exact: rounded fits in an f64
-    return -result if x < 0 else result
-
-
 def round_op_result(x: float, ty: ScalarType) -> float:
     """Round an f64-computed result of +, -, *, / to the operand type. f16/bf16 math rounds through f32 as
     ops.py says; f64 -> f32 -> f16 is exact double rounding here (53 >= 2*24+2, 24 >= 2*11+2)."""
@@ -247,8 +223,8 @@ def fold_constants_of(op: Operation, values: list[Number]) -> Number | None:
     """The result of a one-result op whose operands are the constants `values`, or None when it does not fold."""
     ty = op.operands[0].type.scalar
     out = op.result.type.scalar
-    if op.name in ("mt.splat", "mt.broadcast", "mt.expand_dims", "mt.reshape", "mt.trans"):
-        return values[0]  # a splat stays the same number in every element
+    if op.name in ("mt.splat", "mt.broadcast", "mt.expand_dims", "mt.reshape", "mt.trans", "mt.convert_layout"):
+        return values[0]  # a splat stays the same number in every element, whatever the shape or layout
     if op.name == "mt.select":
         return values[1] if values[0] else values[2]
     if op.name == "mt.cast":
@@ -289,7 +265,8 @@ def _is_float_zero(c: Number | None, negative: bool) -> bool:
 
 def fold_unary_identity(op: Operation, a: Value) -> Folded | None:
     """Conversions and shape ops that leave the operand as it is."""
-    if op.name in ("mt.cast", "mt.bitcast", "mt.broadcast", "mt.reshape") and op.result.type == a.type:
+    if op.name in ("mt.cast", "mt.bitcast", "mt.broadcast", "mt.reshape", "mt.convert_layout") \
+            and op.result.type == a.type:
         return a
     if op.name == "mt.trans" and list(op.attrs["order"]) == list(range(len(a.type.shape))):
         return a

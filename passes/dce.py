@@ -72,6 +72,11 @@ def _users(root: Operation) -> dict[Value, list[Operation]]:
     return users
 
 
+def _is_pure_leaf(op: Operation) -> bool:
+    spec = OPS.get(op.name)
+    return spec is not None and spec.pure and not op.regions
+
+
 def _dead_chain(loop: Operation, slot: int, users: dict[Value, list[Operation]]) -> list[Operation] | None:
     """The pure ops fed by carried value `slot` of scf.for `loop` if they, and the block argument, feed nothing
     but that value's own yield operand; None when the value is needed."""
@@ -85,7 +90,7 @@ def _dead_chain(loop: Operation, slot: int, users: dict[Value, list[Operation]])
             if user is terminator:
                 if any(v is value and i != slot for i, v in enumerate(user.operands)):
                     return None  # feeds another carried value
-            elif OPS[user.name].pure and not user.regions:
+            elif _is_pure_leaf(user):
                 if user not in chain:
                     chain[user] = None
                     pending.extend(user.results)
@@ -118,6 +123,8 @@ def _drop_dead_carried_values(func: Operation) -> bool:
     """Drop the dead carried values of the first scf.for that has some; True when one was rewritten."""
     uses = count_uses(func)
     for loop in [op for op in func.walk() if op.name == "scf.for"]:
+        if all(uses[r] for r in loop.results):
+            continue
         users = _users(loop)
         slots: list[int] = []
         chains: dict[Operation, None] = {}  # ordered set: chains of two dead values may share an op

@@ -118,8 +118,8 @@ class Memory:
         if offset < 0:
             problem = f"is out of bounds: {-offset} bytes before the start of the"
         elif offset + itemsize > buffer.nbytes:
-            problem = (f"is out of bounds: byte offset {offset} (element {offset // itemsize} of {itemsize} bytes) "
-                       f"is past the end of the")
+            problem = (f"is out of bounds: byte offset {offset} (element {offset // itemsize}, {itemsize}-byte "
+                       f"elements) is past the end of the")
         else:
             problem = f"is misaligned: byte offset {offset} is not a multiple of the element size {itemsize} in the"
         raise InterpreterError(f"{where} {problem} {buffer.describe()}", loc)

@@ -1,4 +1,5 @@
-"""Tile ops that are pure functions of their operands: constants, arange, shape ops, reduce, scan and dot.
+"""Tile ops that are pure functions of their operands: constants, arange, shape ops (and mt.convert_layout, an
+identity here: layouts are ignored), reduce, scan and dot.
 
 Each builder takes the op and returns a function of the operand values (see elementwise.py for the same pattern).
 Reductions and scans of f16/bf16 accumulate in f32 and round once per output element, so they are at least as
@@ -53,6 +54,11 @@ def build_expand_dims(op: Operation) -> Fn:
 def build_reshape(op: Operation) -> Fn:
     shape = op.result.type.shape
     return lambda x: np.reshape(x, shape)  # row-major, as ops.py says
+
+
+def build_convert_layout(op: Operation) -> Fn:
+    """Layouts only say which GPU thread holds which element; the interpreter ignores them."""
+    return lambda x: x
 
 
 def build_trans(op: Operation) -> Fn:
@@ -118,5 +124,6 @@ def build_dot(op: Operation) -> Fn:
 BUILDERS: dict[str, Callable[[Operation], Fn]] = {
     "mt.constant": build_constant, "mt.arange": build_arange, "mt.splat": build_splat,
     "mt.broadcast": build_broadcast, "mt.expand_dims": build_expand_dims, "mt.reshape": build_reshape,
-    "mt.trans": build_trans, "mt.reduce": build_reduce, "mt.scan": build_scan, "mt.dot": build_dot,
+    "mt.trans": build_trans, "mt.convert_layout": build_convert_layout, "mt.reduce": build_reduce,
+    "mt.scan": build_scan, "mt.dot": build_dot,
 }

@@ -39,16 +39,6 @@ def raw_dtype(s: ScalarType) -> np.dtype:
     return np.dtype(s.numpy_name)
 
 
-def scalarize(x: Any) -> Any:
-    """A 0-d array (or numpy scalar) as a numpy scalar; `x[()]` does both."""
-    return x[()]
-
-
-def finish(x: Any, t: Type) -> Any:
-    """Make an op's numpy result follow the representation rule for type `t` (array for tiles, scalar else)."""
-    return np.asarray(x) if t.is_tensor else x[()]
-
-
 # ------------------------------------------------------------------------------------------ rounding
 
 

@@ -2,9 +2,15 @@
 rounding a number to a float type (f16, bf16, f32) and wrapping an integer to an integer type."""
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+from typing import Union
+
 import numpy as np
 
 from .types import ScalarType
+
+Number = Union[int, float]
 
 
 def bf16_round(x: np.ndarray | float) -> np.ndarray:
@@ -16,15 +22,36 @@ def bf16_round(x: np.ndarray | float) -> np.ndarray:
     return np.where(np.isnan(a), a, out)
 
 
+_FLOAT_FORMATS = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126, 127), "f64": (53, -1022, 1023)}
+
+
+def round_exact(x: Number | Fraction, ty: ScalarType) -> float:
+    """The value of type `ty` nearest to the exact number `x`, ties to even, overflowing to inf (IEEE RNE).
+
+    The exact value is rounded once, so an i64 -> f32 cast or an f64 -> bf16 cast gives what a single cvt.rn
+    gives (going through f32 first would round twice).
+    """
+    if isinstance(x, float) and not math.isfinite(x):
+        return x
+    if x == 0:
+        return float(x) if isinstance(x, float) else 0.0  # keeps the sign of a float zero
+    precision, emin, emax = _FLOAT_FORMATS[ty.name]
+    magnitude = abs(Fraction(x))
+    exponent = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
+    if Fraction(2) ** exponent > magnitude:
+        exponent -= 1  # now 2**exponent <= magnitude < 2**(exponent + 1)
+    quantum = Fraction(2) ** (max(exponent, emin) - precision + 1)  # the spacing of values there (subnormals too)
+    rounded = round(magnitude / quantum) * quantum  # Fraction rounds half to even
+    largest = (2 - Fraction(2) ** (1 - precision)) * Fraction(2) ** emax
+    result = math.inf if rounded > largest else float(rounded)  # float() is exact: rounded fits in an f64
+    return -result if x < 0 else result
+
+
 def round_float(value: float, ty: ScalarType) -> float:
-    """`value` rounded to the precision of float type `ty` (f64 unchanged)."""
-    if ty.name == "f32":
-        return float(np.float32(value))
-    if ty.name == "f16":
-        return float(np.float16(value))
-    if ty.name == "bf16":
-        return float(bf16_round(np.float32(value)))
-    return float(value)
+    """`value` rounded once to the nearest value of float type `ty` (ties to even; NaN and inf unchanged)."""
+    if isinstance(value, float) and math.isnan(value):
+        return value
+    return round_exact(value, ty)
 
 
 def wrap_int(value: int, ty: ScalarType) -> int:

@@ -212,6 +212,15 @@ def _trans(o: Operation) -> None:
         fail(o, f"bad trans {src} -> {res} with order {order}")
 
 
+@op("mt.convert_layout", "The same tile in another layout encoding (inserted by the tiling pass; the values do not "
+    "change, only which thread holds which element).")
+def _convert_layout(o: Operation) -> None:
+    counts(o, 1, 1)
+    src, res = o.operands[0].type, o.result.type
+    if not (src.is_tensor and res.is_tensor) or strip(src) != strip(res):
+        fail(o, f"converts a tile to the same shape and element type, got {src} -> {res}")
+
+
 # -------------------------------------------------------------------------------------------- memory
 
 

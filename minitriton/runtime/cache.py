@@ -10,6 +10,7 @@ unreadable or does not match (a crash, a disk error, a hand edit) is never trust
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -31,7 +32,7 @@ def cache_dir() -> Path:
     return Path(base) / "minitriton"
 
 
-def cache_key(parts: Iterable[str]) -> str:
+def digest(parts: Iterable[str]) -> str:
     """sha256 over the parts (each length-prefixed, so no two different lists hash alike)."""
     digest = hashlib.sha256()
     for part in parts:
@@ -39,6 +40,38 @@ def cache_key(parts: Iterable[str]) -> str:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version() -> str:
+    """compiler.compiler_version(), memoized under the cache root by the sources' names, sizes and mtimes.
+
+    Hashing the sources' contents costs milliseconds (it grows with the compiler); statting them costs a tenth of
+    that. An edit changes a file's mtime, so a stale memo is never found; at worst a touched but unchanged file
+    costs one rehash.
+    """
+    from minitriton import compiler
+
+    stamp = hashlib.sha256()
+    for _, path in compiler.compiler_sources():
+        st = os.stat(path)
+        stamp.update(f"{path}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    memo = cache_dir() / "versions" / stamp.hexdigest()[:32]
+    try:
+        version = memo.read_text().strip()
+        if len(version) == 32:
+            return version
+    except OSError:
+        pass
+    version = compiler.compiler_version()
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.parent / f".tmp-{uuid.uuid4().hex}"
+        tmp.write_text(version)
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache still works, just slower
+    return version
 
 
 def _sha(data: bytes) -> str:

@@ -33,9 +33,11 @@ class CudaDriver:
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA GPU is available; set MINITRITON_INTERPRET=1 to run kernels on the CPU "
                                "through the interpreter")
+        torch.cuda.init()
         self.cu = cu
         self.launch = cu.cuLaunchKernel
-        self.current_device = torch.cuda.current_device
+        # torch.cuda.current_device without its lazy-init check (done above).
+        self.current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
         # The raw-stream getter Triton uses: far cheaper than torch.cuda.current_stream().cuda_stream.
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self.current_stream = raw if raw is not None else (

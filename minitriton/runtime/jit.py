@@ -20,10 +20,14 @@ import operator
 import os
 import threading
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from minitriton import compiler  # light: the frontend, passes and codegen load on first compile
+
 from . import driver as _driver
+from .cache import DiskCache, compiler_version, digest
+from .launcher import Launcher
 from .specialize import (ArgSpec, SignatureError, int_code, parse_arg_spec, parse_signature, supported_dtypes,
                          torch_pointer_codes)
 
@@ -31,26 +35,40 @@ OPTION_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 VALID_NUM_WARPS = (1, 2, 4, 8, 16, 32)
 
-# torch.Tensor, bound at the first launch so `import minitriton` does not import torch.
+# torch.Tensor and {torch dtype: pointer codes}, bound at the first launch so `import minitriton` skips torch.
 Tensor: Any = None
+POINTER_CODES: dict[Any, tuple[str, str]] = {}
+_MISSING = object()
 
 
 def _load_torch() -> None:
     global Tensor
     import torch
 
+    POINTER_CODES.update(torch_pointer_codes())
     Tensor = torch.Tensor
 
 
+_INTERPRET_KEY = os.environ.encodekey("MINITRITON_INTERPRET") if hasattr(os.environ, "encodekey") else None
+_OFF = (None, b"", b"0", "", "0")
+
+
 def interpreting() -> bool:
-    """MINITRITON_INTERPRET is read at each launch (tests flip it)."""
-    return os.environ.get("MINITRITON_INTERPRET", "0") not in ("", "0")
+    """MINITRITON_INTERPRET is read at each launch (tests flip it).
+
+    os.environ.get costs about 3 us when the variable is unset (Mapping.get raises and catches a KeyError), more
+    than the rest of a launch; reading CPython's underlying dict of encoded variables costs 50 ns.
+    """
+    data = getattr(os.environ, "_data", None)
+    if data is None or _INTERPRET_KEY is None:
+        return os.environ.get("MINITRITON_INTERPRET", "0") not in _OFF
+    return data.get(_INTERPRET_KEY) not in _OFF
 
 
 def is_constexpr_annotation(annotation: Any) -> bool:
     """`mt.constexpr` (the class from minitriton.language) or the strings "mt.constexpr" / "constexpr"."""
     if isinstance(annotation, str):
-        text = annotation.strip()
+        text = annotation.strip().strip("'\"")  # under `from __future__ import annotations`, "x" is '"x"'
         return text == "constexpr" or text.endswith(".constexpr")
     try:
         from minitriton.language import constexpr
@@ -72,8 +90,6 @@ class AotSpec:
     signature: str = ""
 
     def compile(self, target: str = "cubin", keep_ir: bool = False) -> Any:
-        from minitriton import compiler
-
         return compiler.compile_kernel(
             self.kernel.fn, {n: s.type for n, s in self.args.items()}, dict(self.constexprs),
             divisibility={n: s.divisibility for n, s in self.args.items()},
@@ -129,6 +145,8 @@ class Kernel:
         self._constexpr_idx = [i for i, c in enumerate(constexpr_flags) if c]
         self._nparams = len(self.arg_names)
         self._option_names = [o for o in OPTION_DEFAULTS if o not in self.arg_names]
+        # The parameters left for keywords once n were given by position, for every n.
+        self._names_after = [tuple(self.arg_names[n:]) for n in range(self._nparams + 1)]
 
     # ----------------------------------------------------------------------------------------- launch
 
@@ -158,25 +176,27 @@ class Kernel:
     def _bind(self, args: tuple, kwargs: dict) -> tuple[Sequence[Any], int, int]:
         """Arguments in parameter order, plus the options (TypeError naming the problem parameter)."""
         n = len(args)
-        if n == self._nparams and not kwargs:
-            return args, self.options["num_warps"], self.options["num_stages"]
+        options = self.options
+        if not kwargs and n == self._nparams:
+            return args, options["num_warps"], options["num_stages"]
         if n > self._nparams:
             raise TypeError(f"kernel '{self.__name__}' takes {self._nparams} arguments "
                             f"({', '.join(self.arg_names)}) but {n} were given")
-        num_warps = kwargs.pop("num_warps", self.options["num_warps"]) if "num_warps" in self._option_names \
-            else self.options["num_warps"]
-        num_stages = kwargs.pop("num_stages", self.options["num_stages"]) if "num_stages" in self._option_names \
-            else self.options["num_stages"]
+        num_warps, num_stages = options["num_warps"], options["num_stages"]
+        if kwargs and self._option_names:
+            if "num_warps" in kwargs and "num_warps" in self._option_names:
+                num_warps = kwargs.pop("num_warps")
+            if "num_stages" in kwargs and "num_stages" in self._option_names:
+                num_stages = kwargs.pop("num_stages")
         values = list(args)
-        missing = []
-        for name in self.arg_names[n:]:
-            if name in kwargs:
-                values.append(kwargs.pop(name))
-            elif name in self.defaults:
-                values.append(self.defaults[name])
-            else:
-                missing.append(name)
-                values.append(None)
+        missing = None
+        for name in self._names_after[n]:
+            v = kwargs.pop(name, _MISSING)
+            if v is _MISSING:
+                v = self.defaults.get(name, _MISSING)
+                if v is _MISSING:
+                    missing = (missing or []) + [name]
+            values.append(v)
         if kwargs:
             raise self._extra_keyword_error(kwargs, n)
         if missing:
@@ -198,11 +218,10 @@ class Kernel:
                     interpret: bool) -> tuple[tuple, list]:
         """The specialization key and the raw slot values (data_ptr for tensors) of the runtime arguments.
 
-        This is the launch hot path: one pass over the arguments, no allocation beyond the two lists.
+        This is the launch hot path: one pass over the arguments, the common types tested first by identity.
         """
         if Tensor is None:
             _load_torch()
-        pointer_codes = torch_pointer_codes()
         key: list[Any] = []
         raw: list[Any] = []
         for i in self._runtime_idx:
@@ -224,7 +243,7 @@ class Kernel:
                 if a.get_device() != device:
                     raise self._device_error(i, values, device, interpret)
                 ptr = a.data_ptr()
-                codes = pointer_codes.get(a.dtype)
+                codes = POINTER_CODES.get(a.dtype)
                 if codes is None:
                     raise TypeError(f"argument '{self.arg_names[i]}' of kernel '{self.__name__}' has dtype "
                                     f"{a.dtype}, which kernels do not take; supported: {supported_dtypes()}")
@@ -240,6 +259,15 @@ class Kernel:
         key.append(num_stages)
         return tuple(key), raw
 
+    def specialization_key(self, *args: Any, **kwargs: Any) -> tuple:
+        """The key a launch with these arguments compiles and caches under (printable: Triton-style codes for
+        runtime arguments, then the constexpr values, num_warps and num_stages)."""
+        values, num_warps, num_stages = self._bind(args, dict(kwargs))
+        if Tensor is None:
+            _load_torch()
+        devices = [values[i].get_device() for i in self._runtime_idx if isinstance(values[i], Tensor)]
+        return self._specialize(values, num_warps, num_stages, devices[0] if devices else -1, False)[0]
+
     def _int_code(self, index: int, value: int) -> str:
         try:
             return int_code(value)
@@ -250,7 +278,9 @@ class Kernel:
     def _other_argument(self, index: int, a: Any) -> tuple[str, Any]:
         """numpy scalars and other number types; anything else is a TypeError naming the parameter."""
         name = self.arg_names[index]
-        if isinstance(a, numbers.Integral) and not isinstance(a, bool):
+        if type(a).__module__ == "numpy" and type(a).__name__ in ("bool", "bool_"):
+            return "i1", bool(a)
+        if isinstance(a, numbers.Integral):
             value = operator.index(a)
             return self._int_code(index, value), value
         if isinstance(a, numbers.Real):
@@ -263,16 +293,16 @@ class Kernel:
         name, tensor = self.arg_names[index], values[index]
         where = f"kernel '{self.__name__}'"
         if interpret:
-            return ValueError(f"argument '{name}' of {where} is a tensor on {tensor.device}; MINITRITON_INTERPRET=1 "
-                              f"runs kernels on the CPU and needs CPU tensors")
+            return ValueError(f"argument '{name}' of {where} is a tensor on {_device_name(tensor)}; "
+                              f"MINITRITON_INTERPRET=1 runs kernels on the CPU and needs CPU tensors")
         if tensor.get_device() < 0:
             return ValueError(f"argument '{name}' of {where} is a CPU tensor; a GPU launch needs CUDA tensors "
                               f"(or set MINITRITON_INTERPRET=1 to run the kernel on the CPU)")
-        placed = [f"'{self.arg_names[i]}' on {values[i].device}" for i in self._runtime_idx
-                  if isinstance(values[i], Tensor)]
-        if len({values[i].get_device() for i in self._runtime_idx if isinstance(values[i], Tensor)}) > 1:
-            return ValueError(f"the tensors passed to {where} are on different devices: {', '.join(placed)}")
-        return ValueError(f"argument '{name}' of {where} is on {tensor.device} but the current device is "
+        tensors = [(self.arg_names[i], values[i]) for i in self._runtime_idx if isinstance(values[i], Tensor)]
+        if len({t.get_device() for _, t in tensors}) > 1:
+            placed = ", ".join(f"'{n}' on {_device_name(t)}" for n, t in tensors)
+            return ValueError(f"the tensors passed to {where} are on different devices: {placed}")
+        return ValueError(f"argument '{name}' of {where} is on {_device_name(tensor)} but the current device is "
                           f"cuda:{device}; launch inside `with torch.cuda.device({tensor.get_device()}):`")
 
     def _unhashable_constexpr(self, values: Sequence[Any]) -> TypeError:
@@ -286,6 +316,10 @@ class Kernel:
 
     def _grid(self, grid: Any, values: Sequence[Any], num_warps: int, num_stages: int) -> tuple[int, int, int]:
         """(gx, gy, gz) from a tuple or a callable of the meta-parameters; ValueError beyond the hardware limits."""
+        if type(grid) is tuple and len(grid) == 1:  # the common case, checked in a few comparisons
+            gx = grid[0]
+            if type(gx) is int and 0 < gx <= 2147483647:
+                return gx, 1, 1
         if callable(grid):
             meta = dict(zip(self.arg_names, values))
             meta["num_warps"], meta["num_stages"] = num_warps, num_stages
@@ -325,10 +359,6 @@ class Kernel:
 
     def _build(self, key: tuple, values: Sequence[Any], num_warps: int, num_stages: int) -> Any:
         """Slow path of a launch: from the disk cache or the compiler, then a Launcher kept under `key`."""
-        from minitriton import compiler
-        from .cache import DiskCache
-        from .launcher import Launcher
-
         with self._lock:
             launcher = self._variants.get(key)
             if launcher is not None:
@@ -362,13 +392,10 @@ class Kernel:
     def cache_key(self, specs: dict[str, ArgSpec], constexprs: dict[str, Any], num_warps: int,
                   num_stages: int) -> str:
         """The on-disk key: compiler version, kernel + helper sources, specialization, constexprs, options."""
-        from minitriton.compiler import ARCH, compiler_version
-        from .cache import cache_key
-
-        parts = [compiler_version(), ARCH, self.fingerprint(), f"num_warps={num_warps}", f"num_stages={num_stages}"]
+        parts = [compiler_version(), compiler.ARCH, self.fingerprint(), f"num_warps={num_warps}", f"num_stages={num_stages}"]
         parts += [f"{n}:{s.code}" for n, s in specs.items()]
         parts += [f"{n}={type(v).__module__}.{type(v).__qualname__}:{v!r}" for n, v in constexprs.items()]
-        return cache_key(parts)
+        return digest(parts)
 
     def fingerprint(self) -> str:
         """sha256 of the kernel's source, the helpers it calls and the module-level constants it reads."""
@@ -401,8 +428,6 @@ class Kernel:
 
     def _build_interpreted(self, key: tuple, values: Sequence[Any], num_warps: int,
                            num_stages: int) -> tuple[Any, list[int]]:
-        from minitriton import compiler
-
         specs, constexprs = self._decode_key(key, values, num_warps, num_stages)
         module, _ = compiler.build_ir(
             self.fn, {n: s.type for n, s in specs.items()}, constexprs,
@@ -476,7 +501,7 @@ def source_fingerprint(fn: Callable) -> str:
         if id(f) in seen:
             continue
         seen.add(id(f))
-        digest.update(f"{f.__module__}.{f.__qualname__}\n".encode())
+        digest.update(f"{f.__qualname__}\n".encode())  # not the module: a script and its import share entries
         digest.update(_function_source(f).encode())
         for name, value in _referenced_values(f):
             helper = _as_function(value)
@@ -486,6 +511,11 @@ def source_fingerprint(fn: Callable) -> str:
             elif isinstance(value, (int, float, bool, str, type(None))) or _is_dtype(value):
                 digest.update(f"{name}={value!r}\n".encode())
     return digest.hexdigest()
+
+
+def _device_name(tensor: Any) -> str:
+    index = tensor.get_device()
+    return f"cuda:{index}" if index >= 0 else "cpu"
 
 
 def _referenced_values(f: types.FunctionType) -> list[tuple[str, Any]]:

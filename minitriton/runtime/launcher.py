@@ -44,7 +44,7 @@ def slot_for(name: str, type_code: str, size: int, align: int) -> Slot:
         return Slot(name, f"{size}s", size, align)
     ty = parse_arg_spec(type_code).type
     if ty.is_pointer:
-        table = _UNSIGNED
+        table = {8: "Q"}
     elif ty.is_float:  # type: ignore[union-attr]
         table = _FLOAT
     elif ty.is_bool or not ty.is_signed:  # type: ignore[union-attr]
@@ -113,7 +113,7 @@ class Launcher:
         params = self.params
         try:
             params.pack(params.buffer, 0, *(raw if self.take is None else [raw[i] for i in self.take]))
-        except struct.error as e:
+        except (struct.error, OverflowError) as e:
             raise self._pack_error(raw, e) from None
         err = driver.launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared,
                             driver.current_stream(device), params.address, 0)[0]
@@ -140,8 +140,9 @@ class Launcher:
         for slot, value in zip(self.params.slots, values):
             try:
                 struct.pack("<" + slot.fmt, value)
-            except struct.error as e:
-                return ValueError(f"argument '{slot.name}' = {value!r} cannot be passed as {slot.fmt!r}: {e}")
+            except (struct.error, OverflowError) as e:
+                return ValueError(f"argument '{slot.name}' = {value!r} of kernel '{self.name}' does not fit its "
+                                  f"{slot.size}-byte parameter: {e}")
         return ValueError(f"cannot pack the arguments of kernel '{self.name}': {error}")
 
     def _launch_failed(self, driver: Any, err: Any, device: int, grid: tuple, raw: list) -> None:

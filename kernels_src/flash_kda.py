@@ -1,0 +1,541 @@
+"""FlashKDA: chunked KDA (Kimi Delta Attention) prefill in the MiniTriton DSL, with fla's `chunk_kda` semantics.
+
+`chunk_kda(q, k, v, g, beta, A_log=..., dt_bias=...)` equals fla 0.6.0 `chunk_kda(..., use_qk_l2norm_in_kernel=True,
+use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=lb)` (kda_ref.py states the
+math). Chunk 64, sub-chunks of 16. Two phases, scheduled independently (docs/kernels/flash_kda.md gives the byte
+counts behind the split):
+
+1. `kda_intra_chunk_kernel`, token-parallel, one program per (64-token chunk, head): q/k L2 norm, beta sigmoid, the
+   floored gate and its in-chunk cumsum (log2 units), the 16x16 blocks of the causal score matrix Aqk and of
+   L = StrictTril(Diag(beta) K Gamma K^T), the UT inverse (I + L)^-1 (Neumann doubling on the diagonal blocks, block
+   merges below), and the WY factors w, u plus the gated kg, qg. It writes them once, in bf16.
+2. `kda_recurrence_kernel`, sequential over the chunks of a segment, parallel over (column block, segment, head):
+   v_new = u - w S;  o = qg S + Aqk v_new;  S <- Diag(2^G_last) S + kg^T v_new.  The same kernel with
+   TRANSITION=True runs the recurrence on the augmented state [M | E] (identity / zero start, u = 0 on the M part) to
+   get each segment's affine map S -> M S + E without knowing S.
+
+Context parallelism (kda.md §6): when (sequences x heads x column blocks) cannot fill the SMs and the sequences are
+long, each sequence is cut into segments (multiples of 64 tokens, so phase 1 is shared), the maps of all but the last
+segment are computed in parallel, `kda_merge_kernel` composes them into every segment's true incoming state, and
+phase 2 reruns all segments from those states. `context_parallel=None` decides, True/False forces.
+
+With MINITRITON_INTERPRET=1 the kernels run through the interpreter on CPU tensors (the CI tests).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+import minitriton as mt
+from minitriton.runtime.jit import interpreting
+
+RCP_LN2 = 1.4426950408889634  # log2(e): the gate cumsum is kept in log2 units, every decay is an exp2
+CHUNK = 64  # tokens per chunk (fla's BT)
+SUB = 16  # tokens per sub-chunk (fla's BC); a 16x16 tile is the unit of the intra-chunk matrices
+NEUMANN_STEPS = 3  # (I+N)(I+N^2)(I+N^4)(I+N^8) = (I-N)^-1 for a 16x16 nilpotent N: three squarings
+L2_EPS = 1e-6
+MIN_SEGMENT = 1024  # auto context parallelism never cuts a sequence into segments shorter than this
+MAX_SPLITS = 32  # fla's cap on the merge-chain depth (precision of the fp32 composition)
+DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
+POISON_BUFFERS = False  # fill outputs and intermediates with NaN before the kernels run (tests: every read is written)
+
+
+# ------------------------------------------------------------------------------------------------ phase 1
+
+
+@mt.func
+def _load_rows(ptr, row_off, valid, COLS: mt.constexpr):
+    """Rows `row_off` (token*H + head, i64) of a [tokens, H, COLS] tensor as f32; invalid rows read 0."""
+    cols = mt.arange(0, COLS)
+    return mt.load(ptr + row_off[:, None] * COLS + cols[None, :], mask=valid[:, None], other=0.0).to(mt.float32)
+
+
+@mt.func
+def _store_rows(ptr, row_off, valid, x, COLS: mt.constexpr):
+    cols = mt.arange(0, COLS)
+    mt.store(ptr + row_off[:, None] * COLS + cols[None, :], x, mask=valid[:, None])
+
+
+@mt.func
+def _l2_normalize(x):
+    return x / mt.sqrt(mt.sum(x * x, axis=1) + L2_EPS)[:, None]
+
+
+@mt.func
+def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr):
+    """(I - N)^-1 for a strictly lower triangular SUBxSUB tile N: prod_i (I + N^(2^i)), all on mt.dot."""
+    power = n_mat
+    inv = eye + n_mat
+    for _ in mt.static_range(NEUMANN_STEPS):
+        power = mt.dot(power, power, input_precision=PRECISION)
+        inv = inv + mt.dot(inv, power, input_precision=PRECISION)
+    return inv
+
+
+@mt.kernel
+def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
+                           w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr,
+                           H, scale, lower_bound, diag_up, diag_down,
+                           K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr):
+    """One (chunk, head): everything about the chunk that does not depend on the incoming state.
+
+    Writes per token row: w = Ainv (beta k 2^G), u = Ainv (beta v), kg = k 2^(G_last - G), qg = scale q 2^G
+    ([tokens, H, K or V], bf16), the chunk's row of Aqk = scale Tril(q 2^G (k 2^-G)^T) with zeros above the
+    diagonal ([tokens, H, BT], bf16), and decay = 2^G_last per (chunk, head) ([chunks, H, K], f32).
+    """
+    chunk = mt.program_id(0)
+    h = mt.program_id(1)
+    start = mt.load(chunk_ptr + 2 * chunk)
+    end = mt.load(chunk_ptr + 2 * chunk + 1)
+    NS = BT // SUB
+    sub = mt.arange(0, SUB)
+    ci = sub[:, None]
+    cj = sub[None, :]
+    gate_scale = mt.exp(mt.load(a_log_ptr + h))
+    gate_bias = mt.load(dt_bias_ptr + h * K + mt.arange(0, K))
+
+    # Activations of the NS sub-chunks (compile-time tuples of tiles) and the log2 gate cumsum. g of rows past the
+    # chunk end is 0, so the last cumsum row is G_last also for a partial chunk.
+    qn = ()
+    kn = ()
+    vb = ()
+    beta = ()
+    gcum = ()
+    gstart = ()  # G just before each sub-chunk (the exclusive prefix): the reference of its off-diagonal tiles
+    row_offs = ()  # token * H + head of each row, i64
+    valids = ()
+    carry = mt.zeros((K,), mt.float32)
+    for s in mt.static_range(NS):
+        rows = start + s * SUB + sub
+        valid = rows < end
+        row_off = rows.to(mt.int64) * H + h
+        row_offs = row_offs + (row_off,)
+        valids = valids + (valid,)
+        q = _l2_normalize(_load_rows(q_ptr, row_off, valid, K))
+        kk = _l2_normalize(_load_rows(k_ptr, row_off, valid, K))
+        graw = _load_rows(g_ptr, row_off, valid, K)
+        gate = mt.where(valid[:, None], lower_bound * mt.sigmoid(gate_scale * (graw + gate_bias[None, :])), 0.0)
+        b = mt.sigmoid(mt.load(beta_ptr + row_off, mask=valid, other=0.0).to(mt.float32))
+        b = mt.where(valid, b, 0.0)
+        qn = qn + (q,)
+        kn = kn + (kk,)
+        beta = beta + (b,)
+        vb = vb + ((_load_rows(v_ptr, row_off, valid, V) * b[:, None]).to(mt.bfloat16),)
+        gstart = gstart + (carry,)
+        gcum = gcum + (mt.cumsum(gate, axis=0) * RCP_LN2 + carry[None, :],)
+        carry = carry + mt.sum(gate, axis=0) * RCP_LN2
+    g_last = carry
+    gstart = gstart + (g_last,)  # gstart[s + 1] is the end of sub-chunk s
+
+    # Gated factors. rel = 2^(G - G_start) in [2^-115, 1] (floor -5, 16 rows), inv = 1/rel. The diagonal tiles use
+    # the reference G_start - SHIFT (diag_up = 2^SHIFT, an exact power of two), which centres both factors.
+    q_off = ()  # q 2^(G - G_start): row side of the off-diagonal tiles
+    k_off = ()
+    k_end = ()  # k 2^(G_end - G) <= 1: column side, rescaled per later sub-chunk by 2^(G_start[s] - G_end[t])
+    k_wy = ()  # beta k 2^G (bf16): the right factor of w
+    a_diag = ()
+    l_diag = ()
+    for s in mt.static_range(NS):
+        rel = mt.exp2(gcum[s] - gstart[s][None, :])
+        inv = mt.exp2(gstart[s][None, :] - gcum[s])
+        q_off = q_off + (qn[s] * rel,)
+        k_off = k_off + (kn[s] * rel,)
+        k_end = k_end + (kn[s] * mt.exp2(gstart[s + 1][None, :] - gcum[s]),)
+        from_start = mt.exp2(gstart[s])[None, :]
+        k_wy = k_wy + ((kn[s] * rel * from_start * beta[s][:, None]).to(mt.bfloat16),)
+        _store_rows(qg_ptr, row_offs[s], valids[s], qn[s] * rel * from_start * scale, K)
+        _store_rows(kg_ptr, row_offs[s], valids[s], k_end[s] * mt.exp2(g_last - gstart[s + 1])[None, :], K)
+        col = mt.trans((kn[s] * inv) * diag_down)
+        qk = mt.dot((qn[s] * diag_up) * rel, col, input_precision="tf32")
+        kk2 = mt.dot((kn[s] * diag_up) * rel, col, input_precision="tf32")
+        a_diag = a_diag + (mt.where(ci >= cj, qk * scale, 0.0),)
+        l_diag = l_diag + (mt.where(ci > cj, kk2 * beta[s][:, None], 0.0),)
+
+    # Off-diagonal tiles (t < s) and the blocked UT inverse: Ai_ss by Neumann doubling, then
+    # Ai_st = -Ai_ss * sum_{t <= m < s} L_sm Ai_mt (rows in order, so every Ai_mt is ready).
+    eye = (ci == cj).to(mt.float32)
+    a_rows = ()
+    ainv = ()
+    for s in mt.static_range(NS):
+        a_row = ()
+        l_row = ()
+        for t in mt.static_range(NS):
+            if t < s:
+                col = mt.trans(k_end[t] * mt.exp2(gstart[s] - gstart[t + 1])[None, :])
+                a_row = a_row + (mt.dot(q_off[s], col, input_precision="tf32") * scale,)
+                l_row = l_row + (mt.dot(k_off[s], col, input_precision="tf32") * beta[s][:, None],)
+            elif t == s:
+                a_row = a_row + (a_diag[s],)
+                l_row = l_row + (l_diag[s],)
+        a_rows = a_rows + (a_row,)
+        diag_inv = _unit_lower_inverse(-l_diag[s], eye, SOLVE_PRECISION)
+        inv_row = ()
+        for t in mt.static_range(NS):
+            if t < s:
+                acc = mt.zeros((SUB, SUB), mt.float32)
+                for m in mt.static_range(t, s):
+                    acc = mt.dot(l_row[m], ainv[m][t], acc, input_precision=SOLVE_PRECISION)
+                inv_row = inv_row + (-mt.dot(diag_inv, acc, input_precision=SOLVE_PRECISION),)
+            elif t == s:
+                inv_row = inv_row + (diag_inv,)
+        ainv = ainv + (inv_row,)
+
+    # WY factors and the stores of w, u and the Aqk rows (zeros above the diagonal blocks).
+    for s in mt.static_range(NS):
+        row_off = row_offs[s]
+        valid = valids[s]
+        w = mt.zeros((SUB, K), mt.float32)
+        u = mt.zeros((SUB, V), mt.float32)
+        for t in mt.static_range(s + 1):
+            a = ainv[s][t].to(mt.bfloat16)
+            w = mt.dot(a, k_wy[t], w)
+            u = mt.dot(a, vb[t], u)
+        _store_rows(w_ptr, row_off, valid, w, K)
+        _store_rows(u_ptr, row_off, valid, u, V)
+        for t in mt.static_range(NS):
+            block = a_rows[s][t] if t <= s else mt.zeros((SUB, SUB), mt.float32)
+            mt.store(aqk_ptr + row_off[:, None] * BT + (t * SUB + sub)[None, :], block, mask=valid[:, None])
+    mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
+
+
+# ------------------------------------------------------------------------------------------------ phase 2
+
+
+@mt.kernel
+def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_ptr, h0_ptr, ht_ptr, seg_ptr,
+                          H, h0_sn, h0_sh, h0_sk, h0_sv, ht_sn, ht_sh, ht_sk, ht_sv,
+                          K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, BV: mt.constexpr,
+                          TRANSITION: mt.constexpr, HAS_H0: mt.constexpr, STORE_HT: mt.constexpr):
+    """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
+
+    seg_ptr holds int32 rows (token start, token end, first chunk index, final-state slot or -1). Output mode
+    writes o and (STORE_HT) the final state into slot `final-state slot` of ht. TRANSITION mode runs the columns
+    `col` of the augmented state X = [M | E] ([K, K+V]): X starts as [I | 0], u is taken as 0 on the M columns,
+    and X is written to ht slot = segment; no o.
+    """
+    vb = mt.program_id(0)
+    ph = mt.program_id(1)
+    p = ph // H
+    h = ph % H
+    start = mt.load(seg_ptr + 4 * p)
+    end = mt.load(seg_ptr + 4 * p + 1)
+    chunk0 = mt.load(seg_ptr + 4 * p + 2)
+    slot = mt.load(seg_ptr + 4 * p + 3)
+    rk = mt.arange(0, K)
+    rt = mt.arange(0, BT)
+    cols = vb * BV + mt.arange(0, BV)
+    if TRANSITION:
+        state = (rk[:, None] == cols[None, :]).to(mt.float32)
+        u_cols = mt.where(cols >= K, cols - K, 0)
+        u_on = cols >= K
+    else:
+        u_cols = cols
+        u_on = cols < V
+        if HAS_H0:
+            state = mt.load(h0_ptr + p.to(mt.int64) * h0_sn + h * h0_sh + rk[:, None] * h0_sk
+                            + cols[None, :] * h0_sv)
+        else:
+            state = mt.zeros((K, BV), mt.float32)
+    for t0 in range(start, end, BT):
+        rows = t0 + rt
+        valid = rows < end
+        row_off = rows.to(mt.int64) * H + h
+        w = mt.load(w_ptr + row_off[:, None] * K + rk[None, :], mask=valid[:, None], other=0.0)
+        kg_t = mt.load(kg_ptr + row_off[None, :] * K + rk[:, None], mask=valid[None, :], other=0.0)
+        u = mt.load(u_ptr + row_off[:, None] * V + u_cols[None, :], mask=valid[:, None] & u_on[None, :],
+                    other=0.0).to(mt.float32)
+        chunk = chunk0 + (t0 - start) // BT
+        decay = mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk)
+        state_lo = state.to(mt.bfloat16)
+        v_new = u - mt.dot(w, state_lo)
+        v_lo = v_new.to(mt.bfloat16)
+        if not TRANSITION:
+            qg = mt.load(qg_ptr + row_off[:, None] * K + rk[None, :], mask=valid[:, None], other=0.0)
+            aqk = mt.load(aqk_ptr + row_off[:, None] * BT + rt[None, :], mask=valid[:, None], other=0.0)
+            o = mt.dot(aqk, v_lo, mt.dot(qg, state_lo))
+            mt.store(o_ptr + row_off[:, None] * V + cols[None, :], o, mask=valid[:, None])
+        state = state * decay[:, None] + mt.dot(kg_t, v_lo)
+    if TRANSITION:
+        mt.store(ht_ptr + p.to(mt.int64) * ht_sn + h * ht_sh + rk[:, None] * ht_sk + cols[None, :] * ht_sv, state)
+    elif STORE_HT:
+        if slot >= 0:
+            mt.store(ht_ptr + slot.to(mt.int64) * ht_sn + h * ht_sh + rk[:, None] * ht_sk + cols[None, :] * ht_sv,
+                     state)
+
+
+@mt.kernel
+def kda_merge_kernel(maps_ptr, h0_ptr, s_in_ptr, seq_ptr, H, h0_sn, h0_sh, h0_sk, h0_sv,
+                     K: mt.constexpr, V: mt.constexpr, BV: mt.constexpr, HAS_H0: mt.constexpr):
+    """One (column block, sequence, head): the incoming state of each of the sequence's segments,
+    S_0 = h0, S_{j+1} = M_j S_j + E_j, composed in f32. seq_ptr rows: (first segment, segments, first map).
+    maps are [maps, H, K, K+V] f32 ([M | E]); s_in is [segments, H, K, V] f32."""
+    vb = mt.program_id(0)
+    nh = mt.program_id(1)
+    n = nh // H
+    h = nh % H
+    first = mt.load(seq_ptr + 3 * n)
+    count = mt.load(seq_ptr + 3 * n + 1)
+    map0 = mt.load(seq_ptr + 3 * n + 2)
+    rk = mt.arange(0, K)
+    cols = vb * BV + mt.arange(0, BV)
+    if HAS_H0:
+        state = mt.load(h0_ptr + n.to(mt.int64) * h0_sn + h * h0_sh + rk[:, None] * h0_sk + cols[None, :] * h0_sv)
+    else:
+        state = mt.zeros((K, BV), mt.float32)
+    mt.store(s_in_ptr + ((first.to(mt.int64) * H + h) * K + rk[:, None]) * V + cols[None, :], state)
+    for j in range(0, count - 1):
+        base = ((map0 + j).to(mt.int64) * H + h) * K * (K + V)
+        m = mt.load(maps_ptr + base + rk[:, None] * (K + V) + rk[None, :])
+        e = mt.load(maps_ptr + base + rk[:, None] * (K + V) + K + cols[None, :])
+        state = mt.dot(m, state, e)
+        mt.store(s_in_ptr + (((first + j + 1).to(mt.int64) * H + h) * K + rk[:, None]) * V + cols[None, :], state)
+
+
+# ------------------------------------------------------------------------------------------------ host side
+
+
+@dataclass
+class Plan:
+    """How the tokens are cut: sequences (start, end), chunks (start, end) and segments per sequence."""
+
+    sequences: list[tuple[int, int]]
+    chunks: list[tuple[int, int]]
+    first_chunk: list[int]  # per sequence
+    segments: list[list[tuple[int, int]]]  # per sequence: (start, end) token ranges, multiples of CHUNK long
+
+    @property
+    def split(self) -> bool:
+        return any(len(s) > 1 for s in self.segments)
+
+
+def plan_chunks(sequences: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[int]]:
+    """The 64-token chunks of every sequence (the last may be partial) and each sequence's first chunk index."""
+    chunks, first = [], []
+    for start, end in sequences:
+        first.append(len(chunks))
+        chunks += [(c, min(c + CHUNK, end)) for c in range(start, end, CHUNK)]
+    return chunks, first
+
+
+def segment_length(lengths: list[int], programs: int, num_sms: int, force: bool | None,
+                   segment_len: int | None) -> int | None:
+    """The context-parallel segment length in tokens, or None for no split.
+
+    Automatic (force None): split only when the recurrence's programs (sequences x heads x column blocks) leave
+    the SMs idle: splits = SMs // programs (at most MAX_SPLITS) must be >= 3 and the segments >= MIN_SEGMENT
+    tokens. force=True splits into at least 2 (segment_len, a multiple of 64, overrides the length)."""
+    if force is False or not lengths:
+        return None
+    if segment_len is not None:
+        if segment_len <= 0 or segment_len % CHUNK:
+            raise ValueError(f"cp_segment_len must be a positive multiple of {CHUNK}, got {segment_len}")
+        return segment_len
+    longest = max(lengths)
+    splits = min(MAX_SPLITS, num_sms // max(programs, 1))
+    if force is None:
+        if splits < 3 or longest < 3 * MIN_SEGMENT:
+            return None
+        return max(MIN_SEGMENT, CHUNK * math.ceil(longest / splits / CHUNK))
+    return max(CHUNK, CHUNK * math.ceil(longest / max(splits, 2) / CHUNK))
+
+
+def plan(sequences: list[tuple[int, int]], seg_len: int | None) -> Plan:
+    chunks, first = plan_chunks(sequences)
+    segments = []
+    for start, end in sequences:
+        if seg_len is None or end - start <= seg_len:
+            segments.append([(start, end)])
+        else:
+            segments.append([(s, min(s + seg_len, end)) for s in range(start, end, seg_len)])
+    return Plan(sequences, chunks, first, segments)
+
+
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if POISON_BUFFERS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _table(rows: list[tuple[int, ...]], width: int, device: torch.device) -> torch.Tensor:
+    t = torch.tensor(rows, dtype=torch.int32) if rows else torch.zeros((0, width), dtype=torch.int32)
+    return t.reshape(-1, width).contiguous().to(device)
+
+
+def _pow2(x: int) -> bool:
+    return x >= 1 and x & (x - 1) == 0
+
+
+def _check_inputs(q, k, v, g, beta, A_log, dt_bias, lower_bound, initial_state, cu_seqlens, state_v_first):
+    if q.dim() != 4 or k.shape != q.shape or g.shape != q.shape:
+        raise ValueError(f"q, k and g must share one shape [B, T, H, K]; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, g {tuple(g.shape)}")
+    B, T, H, K = q.shape
+    if v.dim() != 4 or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"v must be [B, T, H, V] with q's B, T, H (no grouped value heads); got {tuple(v.shape)}")
+    V = v.shape[-1]
+    if beta.shape != q.shape[:3]:
+        raise ValueError(f"beta must be [B, T, H] = {tuple(q.shape[:3])}, got {tuple(beta.shape)}")
+    for name, d in (("K", K), ("V", V)):
+        if not _pow2(d) or d < 16 or d > 256:
+            raise ValueError(f"head dim {name} = {d} is not supported: it must be a power of two in [16, 256]")
+    if not -5.0 <= lower_bound < 0.0:
+        raise ValueError(f"lower_bound must be in [-5, 0) (safe gate: the 16-token decay span must fit the f32 "
+                         f"exponent range), got {lower_bound}")
+    if A_log is not None and A_log.numel() != H:
+        raise ValueError(f"A_log must have H = {H} elements, got {A_log.numel()}")
+    if dt_bias is not None and dt_bias.numel() != H * K:
+        raise ValueError(f"dt_bias must have H*K = {H * K} elements, got {dt_bias.numel()}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"{name} must be bf16, f16 or f32, got {x.dtype}")
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"with cu_seqlens the batch size must be 1 (packed sequences), got B = {B}")
+        cu = cu_seqlens.tolist()
+        if cu_seqlens.dim() != 1 or len(cu) < 2 or cu[0] != 0 or cu[-1] != T or \
+                any(b < a for a, b in zip(cu, cu[1:])):
+            raise ValueError(f"cu_seqlens must be a non-decreasing 1-D tensor from 0 to T = {T}, got {cu}")
+    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+    if initial_state is not None:
+        want = (N, H, V, K) if state_v_first else (N, H, K, V)
+        if tuple(initial_state.shape) != want:
+            raise ValueError(f"initial_state must be {list(want)} ({'[N,H,V,K]' if state_v_first else '[N,H,K,V]'}"
+                             f"), got {list(initial_state.shape)}")
+        if initial_state.dtype != torch.float32:
+            raise ValueError(f"initial_state must be float32, got {initial_state.dtype}")
+    if q.device.type == "cpu" and not interpreting():
+        raise ValueError("chunk_kda got CPU tensors: run on CUDA tensors, or set MINITRITON_INTERPRET=1 to run the "
+                         "kernels through the interpreter")
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return DEFAULT_NUM_SMS
+
+
+def _state_strides(x: torch.Tensor, v_first: bool) -> tuple[int, int, int, int]:
+    """(n, h, k, v) element strides of a state tensor stored [N,H,K,V] or, V-first, [N,H,V,K]."""
+    sn, sh, s2, s3 = x.stride()
+    return (sn, sh, s3, s2) if v_first else (sn, sh, s2, s3)
+
+
+def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *,
+              A_log: torch.Tensor | None, dt_bias: torch.Tensor | None, lower_bound: float = -5.0,
+              scale: float | None = None, initial_state: torch.Tensor | None = None,
+              output_final_state: bool = False, cu_seqlens: torch.Tensor | None = None,
+              state_v_first: bool = False, context_parallel: bool | None = None,
+              cp_segment_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """KDA prefill with fla `chunk_kda` semantics (L2 norm, gate, beta sigmoid in kernel; safe floored gate).
+
+    q, k [B,T,H,K], v [B,T,H,V] (bf16; f16/f32 also accepted), g the raw gate input [B,T,H,K], beta raw logits
+    [B,T,H], A_log [H] f32, dt_bias [H*K] f32. States are f32 [N,H,K,V] ([N,H,V,K] with state_v_first); N = B, or
+    len(cu_seqlens) - 1 for packed varlen input (B == 1). K and V: powers of two in [16, 256].
+    context_parallel: None decides from the shapes, True / False force segment splitting on or off;
+    cp_segment_len (a multiple of 64) fixes the segment length when splitting.
+    Returns (o [B,T,H,V] in q.dtype, final state f32 or None).
+    """
+    _check_inputs(q, k, v, g, beta, A_log, dt_bias, lower_bound, initial_state, cu_seqlens, state_v_first)
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    dev = q.device
+    scale = K ** -0.5 if scale is None else float(scale)
+    bounds = [(b * T, b * T + T) for b in range(B)] if cu_seqlens is None else \
+        list(zip(cu_seqlens.tolist()[:-1], cu_seqlens.tolist()[1:]))
+    N = len(bounds)
+    bv = min(V, 64)
+    seg_len = segment_length([e - s for s, e in bounds], N * H * (V // bv), _num_sms(dev), context_parallel,
+                             cp_segment_len)
+    p = plan(bounds, seg_len)
+
+    factors = _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, p)
+    o = _empty((B * T, H, V), q.dtype, dev)
+    final = None
+    if output_final_state:
+        final = _empty((N, H, V, K) if state_v_first else (N, H, K, V), torch.float32, dev)
+    h0 = initial_state.contiguous() if initial_state is not None else None
+    h0_v_first = state_v_first
+    if p.split:  # every segment starts from its true incoming state; the last one of a sequence ends it
+        h0, h0_v_first = _merge_segment_states(factors, p, h0, state_v_first, H, K, V, dev), False
+    rows = [row for n in range(N) for row in _segment_rows(p, n, final_slot=n)]
+    _recurrence(factors, o, h0, h0_v_first, final, state_v_first, _table(rows, 4, dev), H, K, V, bv,
+                transition=False)
+    return o.reshape(B, T, H, V), final
+
+
+def _segment_rows(p: Plan, n: int, final_slot: int) -> list[tuple[int, int, int, int]]:
+    """Phase-2 table rows (start, end, first chunk, final-state slot) of sequence n's segments; only the last
+    segment stores a final state (slot `final_slot`), the others -1."""
+    seq_start = p.sequences[n][0]
+    segs = p.segments[n]
+    return [(s, e, p.first_chunk[n] + (s - seq_start) // CHUNK, final_slot if j == len(segs) - 1 else -1)
+            for j, (s, e) in enumerate(segs)]
+
+
+def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, p: Plan) -> dict[str, torch.Tensor]:
+    """Phase 1 over every chunk: the bf16 intermediates of the recurrence."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    dev = q.device
+    tokens = B * T
+    out = {
+        "w": _empty((tokens, H, K), torch.bfloat16, dev), "u": _empty((tokens, H, V), torch.bfloat16, dev),
+        "kg": _empty((tokens, H, K), torch.bfloat16, dev), "qg": _empty((tokens, H, K), torch.bfloat16, dev),
+        "aqk": _empty((tokens, H, CHUNK), torch.bfloat16, dev),
+        "decay": _empty((len(p.chunks), H, K), torch.float32, dev),
+    }
+    if not p.chunks:
+        return out
+    a_log = torch.zeros(H, device=dev) if A_log is None else A_log.reshape(H).float().contiguous()
+    bias = torch.zeros(H * K, device=dev) if dt_bias is None else dt_bias.reshape(H * K).float().contiguous()
+    shift = round(SUB * abs(lower_bound) / 2 * RCP_LN2)  # half the worst 16-row decay span, in log2 units
+    kda_intra_chunk_kernel[(len(p.chunks), H)](
+        q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(), a_log, bias,
+        _table(p.chunks, 2, dev), out["w"], out["u"], out["kg"], out["qg"], out["aqk"], out["decay"],
+        H, scale, float(lower_bound), float(2.0 ** shift), float(2.0 ** -shift),
+        K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=8)
+    return out
+
+
+def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Tensor | None, h0_v_first: bool,
+                ht: torch.Tensor | None, ht_v_first: bool, segments: torch.Tensor, H: int, K: int, V: int, bv: int,
+                transition: bool) -> None:
+    """Phase 2 over the rows of `segments` (start, end, first chunk, final-state slot)."""
+    if segments.shape[0] == 0:
+        return
+    dummy = f["decay"] if f["decay"].numel() else torch.zeros(1, device=segments.device)
+    h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
+    ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)
+    width = K + V if transition else V
+    kda_recurrence_kernel[(width // bv, segments.shape[0] * H)](
+        f["w"], f["u"], f["kg"], f["qg"], f["aqk"], dummy, o if o is not None else f["u"],
+        h0 if h0 is not None else dummy, ht if ht is not None else dummy, segments,
+        H, *h0_strides, *ht_strides, K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
+        STORE_HT=ht is not None, num_warps=4)
+
+
+def _merge_segment_states(f: dict[str, torch.Tensor], p: Plan, h0: torch.Tensor | None, h0_v_first: bool,
+                          H: int, K: int, V: int, dev: torch.device) -> torch.Tensor:
+    """Context parallelism: every segment's true incoming state, [segments, H, K, V] f32 (K-first)."""
+    maps_rows, seq_rows, n_segments = [], [], 0
+    for n, segs in enumerate(p.segments):
+        seq_rows.append((n_segments, len(segs), len(maps_rows)))
+        maps_rows += _segment_rows(p, n, final_slot=-1)[:-1]  # the last segment's map is never needed
+        n_segments += len(segs)
+    bx = min(K, V, 64)
+    maps = _empty((len(maps_rows), H, K, K + V), torch.float32, dev)
+    if maps_rows:
+        _recurrence(f, None, None, False, maps, False, _table(maps_rows, 4, dev), H, K, V, bx, transition=True)
+    s_in = _empty((n_segments, H, K, V), torch.float32, dev)
+    bv = min(V, 64)
+    h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
+    kda_merge_kernel[(V // bv, len(p.segments) * H)](
+        maps if maps.numel() else s_in, h0 if h0 is not None else s_in, s_in, _table(seq_rows, 3, dev), H,
+        *h0_strides, K=K, V=V, BV=bv, HAS_H0=h0 is not None, num_warps=4)
+    return s_in
+
+
+__all__ = ["chunk_kda", "kda_intra_chunk_kernel", "kda_recurrence_kernel", "kda_merge_kernel", "segment_length",
+           "plan", "Plan", "CHUNK"]

@@ -1,0 +1,325 @@
+"""KDA decode step with speculative-decoding replay: one kernel per layer and step, one program per (request, head).
+
+Host API (`minitriton.kernels.kda_decode`):
+
+    weights = KDADecodeWeights(conv_weight, a_log, dt_bias, o_norm_weight)   # one KDA layer's parameters
+    cache = KDADecodeCache.allocate(num_slots, heads, head_k_dim, head_v_dim, max_drafts, dtype, device)
+    o = kda_decode_step(q, k, v, f, beta, gate, weights, cache, state_indices, num_accepted)
+
+Per step every batch row b verifies T = 1 + k tokens: the bonus token (sampled by the target model at the previous
+step, so certain) followed by k draft tokens. `state_indices[b]` is the request's slot in the state pool (-1: a
+padding row, skipped). `num_accepted[b]` is how many of THIS REQUEST's drafts of the previous step were accepted
+(0..k; vLLM's `num_accepted_tokens` counts the bonus too: pass that minus one). Both are device tensors read by the
+kernel, so a step is capturable in a CUDA graph (no `.item()`, fixed shapes).
+
+Per (request, head) the program
+  1. reads the committed recurrent state S (the state after the previous step's bonus token) and the conv window once;
+  2. replays the previous step's `num_accepted[b]` accepted drafts from the draft cache (their raw projections):
+     conv + SiLU, L2 norm of k, gate, beta, delta-rule update; no outputs (they were emitted last step);
+  3. runs the T new tokens: conv + SiLU, L2 norm of q and k, gate, beta, the KDA recurrence, then the output norm
+     (head-wise RMSNorm * weight * sigmoid(output gate)) -> o[b, t];
+  4. writes S and the conv window back once, right after the bonus token (the last certain token);
+  5. stores the k new drafts' raw projections into the draft cache for the next step's replay.
+
+Layouts (all contiguous; C = 2*H*K + H*V conv channels, ordered q | k | v as vLLM's fused qkv projection):
+  inputs   q, k, f [B, T, H, K]; v, gate [B, T, H, V]; beta [B, T, H] (logits)   activation dtype (bf16 / fp32)
+  output   o [B, T, H, V]                                                         q.dtype
+  cache.state       [P, H, V, K] fp32: V-first (fla `state_v_first=True`, FlashKDA, SGLang, vLLM)
+  cache.conv_state  [P, 3, C]    activation dtype: the last 3 conv inputs, oldest first
+  cache.draft_proj  [P, MAX_DRAFTS, H, 3K+V] activation dtype: per draft row q | k | v | f (raw, pre-conv)
+  cache.draft_beta  [P, MAX_DRAFTS, H]       activation dtype: beta logits of the drafts
+  weights.conv_weight [C, 4] fp32 (tap 3 multiplies the current token), a_log [>=H] fp32, dt_bias [H*K] fp32,
+  o_norm_weight [V] fp32. Gate (Kimi K3 form): g = lower_bound * sigmoid(exp(a_log[h]) * (f + dt_bias[h]))
+
+Numerics: everything after the loads is fp32; the state stays fp32. Per token, with decay a = exp(g) and the state as
+rows S[v, :] (V-first):  u = beta * (v - S (a*k));  o = S (a*q) + u (k.q);  S <- S*a + u k^T.  This is the fla
+recurrence (decay, delta rule on the decayed state, o = S^T q) regrouped so S is read once for both matvecs.
+See docs/kernels/kda_decode.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import minitriton as mt
+
+CONV_WIDTH = 4  # short causal conv taps; the conv window state keeps CONV_WIDTH - 1 = 3 past inputs
+QK_NORM_EPS = 1e-6  # fla l2norm: x / sqrt(sum(x^2) + 1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- kernel pieces
+
+
+@mt.func
+def _short_conv_silu(c0, c1, c2, x, w0, w1, w2, w3):
+    """Depthwise causal conv over the window (c0, c1, c2 oldest first, x the current input), then SiLU."""
+    y = w0 * c0 + w1 * c1 + w2 * c2 + w3 * x
+    return y * mt.sigmoid(y)
+
+
+@mt.func
+def _l2_normalize(x):
+    return x * mt.rsqrt(mt.sum(x * x, axis=0) + 1e-6)
+
+
+@mt.func
+def _decay(f, dt_bias, a_coef, lower_bound):
+    """exp(g) with the floored gate g = lower_bound * sigmoid(exp(A_log) * (f + dt_bias)), in (e^lower_bound, 1)."""
+    return mt.exp(lower_bound * mt.sigmoid(a_coef * (f + dt_bias)))
+
+
+@mt.func
+def _delta_update(S, k, v, decay, beta):
+    """S <- S*decay + u k^T with u = beta (v - S (decay*k)); S is a [V, K] tile (rows are values)."""
+    u = beta * (v - mt.sum(S * (decay * k)[None, :], axis=1))
+    return S * decay[None, :] + u[:, None] * k[None, :]
+
+
+@mt.func
+def _delta_update_with_output(S, q, k, v, decay, beta):
+    """The update of `_delta_update` plus o = S_new q, computed from the old S in the same pass:
+    o = S (decay*q) + u (k.q)."""
+    u = beta * (v - mt.sum(S * (decay * k)[None, :], axis=1))
+    o = mt.sum(S * (decay * q)[None, :], axis=1) + u * mt.sum(k * q, axis=0)
+    return S * decay[None, :] + u[:, None] * k[None, :], o
+
+
+@mt.func
+def _gated_rms_norm(o, gate, weight, eps, V):
+    """Head-wise RMSNorm over the V values of o, times the norm weight, times sigmoid(output gate)."""
+    return o * mt.rsqrt(mt.sum(o * o, axis=0) / V + eps) * weight * mt.sigmoid(gate)
+
+
+@mt.kernel
+def kda_decode_step_kernel(
+        q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
+        state_ptr, conv_state_ptr, draft_proj_ptr, draft_beta_ptr, state_idx_ptr, num_accepted_ptr,
+        conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
+        scale, lower_bound, norm_eps,
+        H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr):
+    h = mt.program_id(0)
+    b = mt.program_id(1)
+    T = NUM_DRAFTS + 1
+    C = 2 * H * K + H * V  # conv channels: q | k | v
+    ROW = 3 * K + V  # one draft row in the cache: q | k | v | f
+    slot = mt.load(state_idx_ptr + b)
+    if slot >= 0:  # -1: a padding row, nothing read or written
+        slot64 = slot.to(mt.int64)
+        n_replay = mt.minimum(mt.maximum(mt.load(num_accepted_ptr + b).to(mt.int32), 0), MAX_DRAFTS)
+        offs_k = mt.arange(0, K)
+        offs_v = mt.arange(0, V)
+        ch_q = h * K + offs_k
+        ch_k = H * K + h * K + offs_k
+        ch_v = 2 * H * K + h * V + offs_v
+
+        # per-head parameters
+        wq0 = mt.load(conv_w_ptr + ch_q * 4 + 0)
+        wq1 = mt.load(conv_w_ptr + ch_q * 4 + 1)
+        wq2 = mt.load(conv_w_ptr + ch_q * 4 + 2)
+        wq3 = mt.load(conv_w_ptr + ch_q * 4 + 3)
+        wk0 = mt.load(conv_w_ptr + ch_k * 4 + 0)
+        wk1 = mt.load(conv_w_ptr + ch_k * 4 + 1)
+        wk2 = mt.load(conv_w_ptr + ch_k * 4 + 2)
+        wk3 = mt.load(conv_w_ptr + ch_k * 4 + 3)
+        wv0 = mt.load(conv_w_ptr + ch_v * 4 + 0)
+        wv1 = mt.load(conv_w_ptr + ch_v * 4 + 1)
+        wv2 = mt.load(conv_w_ptr + ch_v * 4 + 2)
+        wv3 = mt.load(conv_w_ptr + ch_v * 4 + 3)
+        dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
+        a_coef = mt.exp(mt.load(a_log_ptr + h))
+        norm_w = mt.load(o_norm_w_ptr + offs_v)
+
+        # committed state (after the previous step's bonus token): read once
+        state_base = state_ptr + (slot64 * H + h) * (V * K)
+        state_offs = offs_v[:, None] * K + offs_k[None, :]
+        S = mt.load(state_base + state_offs)
+        conv_base = conv_state_ptr + slot64 * (3 * C)
+        cq0 = mt.load(conv_base + ch_q).to(mt.float32)
+        cq1 = mt.load(conv_base + C + ch_q).to(mt.float32)
+        cq2 = mt.load(conv_base + 2 * C + ch_q).to(mt.float32)
+        ck0 = mt.load(conv_base + ch_k).to(mt.float32)
+        ck1 = mt.load(conv_base + C + ch_k).to(mt.float32)
+        ck2 = mt.load(conv_base + 2 * C + ch_k).to(mt.float32)
+        cv0 = mt.load(conv_base + ch_v).to(mt.float32)
+        cv1 = mt.load(conv_base + C + ch_v).to(mt.float32)
+        cv2 = mt.load(conv_base + 2 * C + ch_v).to(mt.float32)
+
+        # 1. replay the previous step's accepted drafts (no outputs; q only shifts through its conv window)
+        for j in range(0, n_replay):
+            row = draft_proj_ptr + ((slot64 * MAX_DRAFTS + j) * H + h) * ROW
+            xq = mt.load(row + offs_k).to(mt.float32)
+            xk = mt.load(row + K + offs_k).to(mt.float32)
+            xv = mt.load(row + 2 * K + offs_v).to(mt.float32)
+            xf = mt.load(row + 2 * K + V + offs_k).to(mt.float32)
+            xb = mt.load(draft_beta_ptr + (slot64 * MAX_DRAFTS + j) * H + h).to(mt.float32)
+            kk = _l2_normalize(_short_conv_silu(ck0, ck1, ck2, xk, wk0, wk1, wk2, wk3))
+            vv = _short_conv_silu(cv0, cv1, cv2, xv, wv0, wv1, wv2, wv3)
+            S = _delta_update(S, kk, vv, _decay(xf, dt_bias, a_coef, lower_bound), mt.sigmoid(xb))
+            cq0, cq1, cq2 = cq1, cq2, xq
+            ck0, ck1, ck2 = ck1, ck2, xk
+            cv0, cv1, cv2 = cv1, cv2, xv
+
+        # 2. the new tokens: t = 0 is the bonus token (certain), t = 1..NUM_DRAFTS the new drafts
+        for t in range(0, T):
+            tok = (b * T + t) * H + h
+            raw_q = mt.load(q_ptr + tok * K + offs_k)
+            raw_k = mt.load(k_ptr + tok * K + offs_k)
+            raw_v = mt.load(v_ptr + tok * V + offs_v)
+            raw_f = mt.load(f_ptr + tok * K + offs_k)
+            raw_b = mt.load(beta_ptr + tok)
+            xq = raw_q.to(mt.float32)
+            xk = raw_k.to(mt.float32)
+            xv = raw_v.to(mt.float32)
+            qq = _l2_normalize(_short_conv_silu(cq0, cq1, cq2, xq, wq0, wq1, wq2, wq3)) * scale
+            kk = _l2_normalize(_short_conv_silu(ck0, ck1, ck2, xk, wk0, wk1, wk2, wk3))
+            vv = _short_conv_silu(cv0, cv1, cv2, xv, wv0, wv1, wv2, wv3)
+            decay = _decay(raw_f.to(mt.float32), dt_bias, a_coef, lower_bound)
+            S, o = _delta_update_with_output(S, qq, kk, vv, decay, mt.sigmoid(raw_b.to(mt.float32)))
+            cq0, cq1, cq2 = cq1, cq2, xq
+            ck0, ck1, ck2 = ck1, ck2, xk
+            cv0, cv1, cv2 = cv1, cv2, xv
+            gate = mt.load(gate_ptr + tok * V + offs_v).to(mt.float32)
+            mt.store(o_ptr + tok * V + offs_v, _gated_rms_norm(o, gate, norm_w, norm_eps, V))
+            if t == 0:
+                # the last certain token: commit the state and the conv window (the only state write)
+                mt.store(state_base + state_offs, S)
+                mt.store(conv_base + ch_q, cq0)
+                mt.store(conv_base + C + ch_q, cq1)
+                mt.store(conv_base + 2 * C + ch_q, cq2)
+                mt.store(conv_base + ch_k, ck0)
+                mt.store(conv_base + C + ch_k, ck1)
+                mt.store(conv_base + 2 * C + ch_k, ck2)
+                mt.store(conv_base + ch_v, cv0)
+                mt.store(conv_base + C + ch_v, cv1)
+                mt.store(conv_base + 2 * C + ch_v, cv2)
+            else:
+                # a draft: keep its raw projections for the replay at the next step
+                row = draft_proj_ptr + ((slot64 * MAX_DRAFTS + t - 1) * H + h) * ROW
+                mt.store(row + offs_k, raw_q)
+                mt.store(row + K + offs_k, raw_k)
+                mt.store(row + 2 * K + offs_v, raw_v)
+                mt.store(row + 2 * K + V + offs_k, raw_f)
+                mt.store(draft_beta_ptr + (slot64 * MAX_DRAFTS + t - 1) * H + h, raw_b)
+
+
+# ------------------------------------------------------------------------------------------------ host side
+
+
+@dataclass
+class KDADecodeWeights:
+    """One KDA layer's decode-time parameters (K3 layout; see the module docstring for shapes)."""
+
+    conv_weight: torch.Tensor  # [2*H*K + H*V, 4] fp32, channels q | k | v; a checkpoint's [C, 1, 4] is accepted
+    a_log: torch.Tensor  # [>= H] fp32 (K3 pads it to 128; the first H are used)
+    dt_bias: torch.Tensor  # [H*K] fp32
+    o_norm_weight: torch.Tensor  # [V] fp32
+    lower_bound: float = -5.0
+    scale: float | None = None  # default K**-0.5
+    norm_eps: float = 1e-5
+
+
+@dataclass
+class KDADecodeCache:
+    """Per-slot decode state of one KDA layer: recurrent state, conv window and the draft cache for the replay."""
+
+    state: torch.Tensor  # [P, H, V, K] fp32 (V-first)
+    conv_state: torch.Tensor  # [P, 3, 2*H*K + H*V] activation dtype, oldest input first
+    draft_proj: torch.Tensor  # [P, MAX_DRAFTS, H, 3K+V] activation dtype: q | k | v | f of each draft
+    draft_beta: torch.Tensor  # [P, MAX_DRAFTS, H] activation dtype
+
+    @classmethod
+    def allocate(cls, num_slots: int, heads: int, head_k_dim: int, head_v_dim: int, max_drafts: int,
+                 dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cuda") -> "KDADecodeCache":
+        """Zero state and conv window (a fresh sequence); the draft cache needs no init (read only when accepted)."""
+        p, h, kd, vd = num_slots, heads, head_k_dim, head_v_dim
+        return cls(state=torch.zeros(p, h, vd, kd, dtype=torch.float32, device=device),
+                   conv_state=torch.zeros(p, CONV_WIDTH - 1, 2 * h * kd + h * vd, dtype=dtype, device=device),
+                   draft_proj=torch.zeros(p, max(max_drafts, 1), h, 3 * kd + vd, dtype=dtype, device=device),
+                   draft_beta=torch.zeros(p, max(max_drafts, 1), h, dtype=dtype, device=device))
+
+    @property
+    def max_drafts(self) -> int:
+        return self.draft_proj.shape[1]
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(f"kda_decode_step: {message}")
+
+
+def _check_inputs(q, k, v, f, beta, gate, weights, cache, state_indices, num_accepted) -> tuple[int, ...]:
+    _check(q.dim() == 4, "q must be [B, T, H, K]")
+    b, t, h, kd = q.shape
+    vd = v.shape[-1]
+    p = cache.state.shape[0]
+    expected = {"q": (q, (b, t, h, kd)), "k": (k, (b, t, h, kd)), "v": (v, (b, t, h, vd)), "f": (f, (b, t, h, kd)),
+                "beta": (beta, (b, t, h)), "gate": (gate, (b, t, h, vd)),
+                "cache.state": (cache.state, (p, h, vd, kd)),
+                "cache.conv_state": (cache.conv_state, (p, CONV_WIDTH - 1, 2 * h * kd + h * vd)),
+                "cache.draft_proj": (cache.draft_proj, (p, cache.max_drafts, h, 3 * kd + vd)),
+                "cache.draft_beta": (cache.draft_beta, (p, cache.max_drafts, h)),
+                "weights.conv_weight": (weights.conv_weight.reshape(weights.conv_weight.shape[0], -1),
+                                        (2 * h * kd + h * vd, CONV_WIDTH)),
+                "weights.dt_bias": (weights.dt_bias, (h * kd,)),
+                "weights.o_norm_weight": (weights.o_norm_weight, (vd,)),
+                "state_indices": (state_indices, (b,)), "num_accepted": (num_accepted, (b,))}
+    for name, (tensor, shape) in expected.items():
+        _check(tuple(tensor.shape) == shape, f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
+        _check(tensor.is_contiguous(), f"{name} must be contiguous")
+    _check(weights.a_log.dim() == 1 and weights.a_log.numel() >= h, "weights.a_log must be [>= H]")
+    _check(t - 1 <= cache.max_drafts, f"{t - 1} drafts do not fit the draft cache ({cache.max_drafts})")
+    _check(cache.state.dtype == torch.float32, "cache.state must be fp32")
+    for name, tensor in (("k", k), ("v", v), ("f", f), ("beta", beta), ("gate", gate),
+                         ("cache.conv_state", cache.conv_state), ("cache.draft_proj", cache.draft_proj),
+                         ("cache.draft_beta", cache.draft_beta)):
+        _check(tensor.dtype == q.dtype, f"{name} is {tensor.dtype}, expected the activation dtype {q.dtype}")
+    for name, tensor in (("conv_weight", weights.conv_weight), ("a_log", weights.a_log),
+                         ("dt_bias", weights.dt_bias), ("o_norm_weight", weights.o_norm_weight)):
+        _check(tensor.dtype == torch.float32, f"weights.{name} must be fp32")
+    _check(not state_indices.is_floating_point() and not num_accepted.is_floating_point(),
+           "state_indices and num_accepted must be integer tensors")
+    for dim, name in ((kd, "K"), (vd, "V")):
+        _check(dim >= 1 and dim & (dim - 1) == 0, f"{name} = {dim} must be a power of two")
+    return b, t, h, kd, vd
+
+
+def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.Tensor, beta: torch.Tensor,
+                    gate: torch.Tensor, weights: KDADecodeWeights, cache: KDADecodeCache,
+                    state_indices: torch.Tensor, num_accepted: torch.Tensor, out: torch.Tensor | None = None,
+                    num_warps: int | None = None) -> torch.Tensor:
+    """One speculative decode step of a KDA layer; returns o [B, T, H, V] (gated-RMSNorm output, q.dtype).
+
+    q, k, f [B, T, H, K], v, gate [B, T, H, V], beta [B, T, H]: the raw projections (pre-conv q/k/v, gate input f,
+    beta logits, output-gate input) of the T = 1 + k tokens of each row: the bonus token, then the k drafts.
+    state_indices [B] int: slot of each row in `cache` (-1 = padding: its outputs are left untouched).
+    num_accepted [B] int: drafts of the previous step accepted for that request (0 for a fresh sequence); they are
+    replayed from `cache.draft_proj` before the new tokens. `cache` is updated in place: state and conv window at the
+    bonus token, draft cache with this step's k drafts. Every length lives on the device: graph-capturable.
+    """
+    bsz, t, h, kd, vd = _check_inputs(q, k, v, f, beta, gate, weights, cache, state_indices, num_accepted)
+    conv_weight = weights.conv_weight.reshape(weights.conv_weight.shape[0], -1)
+    if out is None:
+        out = torch.empty_like(gate, dtype=q.dtype)
+    _check(out.shape == gate.shape and out.is_contiguous(), "out must be a contiguous [B, T, H, V] tensor")
+    scale = weights.scale if weights.scale is not None else kd ** -0.5
+    if num_warps is None:
+        num_warps = 8 if kd * vd >= 128 * 128 else 4
+    if bsz == 0:
+        return out
+    kda_decode_step_kernel[(h, bsz)](
+        q, k, v, f, beta, gate, out,
+        cache.state, cache.conv_state, cache.draft_proj, cache.draft_beta, state_indices, num_accepted,
+        conv_weight, weights.a_log, weights.dt_bias, weights.o_norm_weight,
+        float(scale), float(weights.lower_bound), float(weights.norm_eps),
+        H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, num_warps=num_warps)
+    return out
+
+
+for _drafts in (0, 7):  # K3 layer shapes (96 heads of 128), bf16 activations, no speculation and 7 drafts
+    kda_decode_step_kernel.specialize(
+        signature="q_ptr:*bf16,k_ptr:*bf16,v_ptr:*bf16,f_ptr:*bf16,beta_ptr:*bf16,gate_ptr:*bf16,o_ptr:*bf16,"
+                  "state_ptr:*fp32,conv_state_ptr:*bf16,draft_proj_ptr:*bf16,draft_beta_ptr:*bf16,"
+                  "state_idx_ptr:*i32,num_accepted_ptr:*i32,conv_w_ptr:*fp32,a_log_ptr:*fp32,"
+                  "dt_bias_ptr:*fp32,o_norm_w_ptr:*fp32,scale:fp32,lower_bound:fp32,norm_eps:fp32",
+        H=96, K=128, V=128, NUM_DRAFTS=_drafts, MAX_DRAFTS=7, num_warps=8)

@@ -1,0 +1,565 @@
+"""WarpDecode MXFP4 MoE decode: two DSL kernels per MoE layer, output-centric ("one warp per output neuron").
+
+    w13 = prepare_experts(gate_up_blocks, gate_up_scales)   # offline: [E, 2I, D/2] + [E, 2I, D/32] -> stream layout
+    w2 = prepare_experts(down_blocks, down_scales)          # offline: [E, D, I/2] + [E, D, I/32]
+    y = moe_decode(x, topk_ids, topk_weights, w13, w2)      # x [B, D] bf16 -> y [B, D] bf16
+
+For token b with routed experts e_j and weights w_j:
+    h_bj = silu(W13[e_j, :I] @ x_b) * (W13[e_j, I:] @ x_b)          kernel 1 (gate_up_kernel), h in fp32
+    y_b  = sum_j w_j * (W2[e_j] @ h_bj)                             kernel 2 (down_kernel), weighted combine fused
+
+Work decomposition (docs/kernels/warp_decode.md has the full story):
+- A program owns ROWS weight rows (output neurons; ROWS = num_warps on the CUDA-core path, so each warp owns one
+  row) and loops over *work items*. A work item is one expert together with up to NT (token, slot) pairs routed to
+  it, so the expert's rows are streamed from HBM once for all of those tokens. With B = 1 the items are simply the
+  k pairs (no preparation at all: two kernel launches per layer); for B > 1 `make_routing` groups the pairs by
+  expert with a few fixed-shape torch ops (sort, cummax, cumsum, scatter: no host sync, CUDA-graph capturable).
+- Lane teams: the [ROWS, TEAMS, BLOCKS, 16] byte tile gives each row TEAMS items at once; a team of 32/TEAMS lanes
+  covers BLOCKS MX blocks (16 bytes = 32 weights = one scale per lane) of its item's row, and the team results are
+  combined by the reduction over the team axis (a warp reduction). Short rows and row lengths that are not a
+  multiple of 32 blocks keep every lane busy this way.
+- Dequantization is integer bit work in the DSL: an E2M1 nibble's E E M bits go to f32 bits 24..22 and its sign
+  to bit 31; multiplying by 2**126 gives the exact value (codes 0/1 become f32 subnormals first, so the compiler must
+  not flush denormals). The E8M0 byte becomes 2**(s - 127) from bits (s << 23), 0x00 -> 2**-127 (subnormal), and
+  0xFF -> NaN as the OCP spec says. The CUDA-core path applies each scale once per 32-weight block to the fp32
+  partial sum; the tensor-core path (mt.dot, batch >= 3) scales the weights before rounding them to bf16 (exact).
+- prepare_experts pads each row to whole 32-element blocks (16-byte aligned rows) and permutes the nibbles inside
+  every block so byte j holds elements j (low nibble) and j + 16 (high nibble): unpacking the low nibbles of a
+  lane's 16 bytes gives 16 consecutive weights and the high nibbles the next 16, which match two contiguous
+  16-element slices of the activation row.
+
+0xFF scales: NaN (spec semantics), in the kernels and in `mxfp4.dequantize`; outputs touched by such a block are NaN.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+import minitriton as mt
+
+from . import mxfp4
+
+BLOCK_BYTES = 16  # one MX block of 32 E2M1 values
+DOT_MIN_BATCH = 3  # from this batch on the inner products go through mt.dot (tensor cores)
+MAX_BATCH = 256  # the down kernel keeps a [ROWS, next_pow2(B)] fp32 accumulator per program
+
+
+# ------------------------------------------------------------------------------------------ weight layout
+
+
+@dataclass(frozen=True)
+class PreparedExperts:
+    """MXFP4 expert weights in the layout the kernels stream (from `prepare_experts`).
+
+    blocks: uint8 [E, N, row_blocks * 16]; row n of expert e is `row_blocks` MX blocks of 16 bytes; in each block
+            byte j holds element j (low nibble) and element j + 16 (high nibble); elements >= k are 0.
+    scales: uint8 [E, N, row_blocks]; the E8M0 scale of each block (unchanged from the input).
+    k:      the logical row length (the reduction length K).
+    """
+
+    blocks: torch.Tensor
+    scales: torch.Tensor
+    k: int
+
+    @property
+    def num_experts(self) -> int:
+        return self.blocks.shape[0]
+
+    @property
+    def rows(self) -> int:
+        return self.blocks.shape[1]
+
+    @property
+    def row_blocks(self) -> int:
+        return self.scales.shape[2]
+
+    def expert_bytes(self) -> int:
+        """Bytes of one expert (weights + scales): what the kernels read from HBM per distinct expert."""
+        return self.rows * self.row_blocks * (BLOCK_BYTES + 1)
+
+
+def prepare_experts(blocks: torch.Tensor, scales: torch.Tensor, k: int | None = None,
+                    experts_per_chunk: int = 16) -> PreparedExperts:
+    """Permute MXFP4 experts (HF / compressed-tensors layout) into the kernels' stream layout (offline, one time).
+
+    blocks: uint8 [E, N, ceil(K/2)] packed pairs, low nibble = even element; also accepted as [E, N, K/32, 16].
+    scales: uint8 [E, N, ceil(K/32)] E8M0.
+    k:      the row length K (default: 2 * blocks.shape[-1]).
+    Works on whatever device the tensors are on, `experts_per_chunk` experts at a time to bound temporary memory.
+    """
+    if blocks.dim() == 4:
+        blocks = blocks.reshape(blocks.shape[0], blocks.shape[1], -1)
+    if blocks.dtype != torch.uint8 or scales.dtype != torch.uint8:
+        raise TypeError(f"MXFP4 blocks and scales must be uint8, got {blocks.dtype} and {scales.dtype}")
+    if blocks.dim() != 3 or scales.dim() != 3 or blocks.shape[:2] != scales.shape[:2]:
+        raise ValueError(f"expected blocks [E, N, K/2] and scales [E, N, K/32], got {tuple(blocks.shape)} and "
+                         f"{tuple(scales.shape)}")
+    k = 2 * blocks.shape[2] if k is None else k
+    if not 2 * blocks.shape[2] - 1 <= k <= 2 * blocks.shape[2] or k < 1:
+        raise ValueError(f"k={k} does not fit {blocks.shape[2]} packed bytes per row")
+    nb = -(-k // mxfp4.BLOCK)
+    if scales.shape[2] != nb:
+        raise ValueError(f"scales have {scales.shape[2]} blocks per row; K={k} needs {nb}")
+    E, N, _ = blocks.shape
+    out = torch.empty((E, N, nb * BLOCK_BYTES), dtype=torch.uint8, device=blocks.device)
+    for e0 in range(0, E, experts_per_chunk):
+        out[e0:e0 + experts_per_chunk] = _permute_blocks(blocks[e0:e0 + experts_per_chunk], nb)
+    return PreparedExperts(out, scales.contiguous(), k)
+
+
+def _permute_blocks(blocks: torch.Tensor, nb: int) -> torch.Tensor:
+    """[e, N, bytes] natural packing -> [e, N, nb * 16] with byte j of a block = element j | element j + 16 << 4."""
+    pad = nb * BLOCK_BYTES - blocks.shape[2]
+    b = torch.nn.functional.pad(blocks, (0, pad)).reshape(*blocks.shape[:2], nb, 2, BLOCK_BYTES // 2)
+    # b[..., h, i] holds elements 16h + 2i (low nibble) and 16h + 2i + 1 (high nibble): unpack each half in order.
+    halves = torch.stack([b & 0x0F, b >> 4], dim=-1).reshape(*blocks.shape[:2], nb, 2, BLOCK_BYTES)
+    return (halves[..., 0, :] | (halves[..., 1, :] << 4)).reshape(*blocks.shape[:2], nb * BLOCK_BYTES)
+
+
+def dequantize_prepared(w: PreparedExperts, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The exact weights [E, N, K] a PreparedExperts holds (the inverse of prepare_experts, for tests)."""
+    b = w.blocks.reshape(w.num_experts, w.rows, w.row_blocks, BLOCK_BYTES)
+    codes = torch.cat([b & 0x0F, b >> 4], dim=-1).reshape(w.num_experts, w.rows, -1)[..., :w.k]
+    return mxfp4.dequantize(mxfp4.pack_codes(codes), w.scales, w.k, dtype)
+
+
+# ------------------------------------------------------------------------------------------ DSL helpers
+
+
+@mt.func
+def e2m1_to_f32(q):
+    """Packed bytes (uint8 tile) -> (low-nibble values, high-nibble values) as exact f32.
+
+    The nibble's E E M bits land on f32 bits 24..22 (exponent low bits, mantissa top bit) and its sign on bit 31:
+    that f32 is value * 2**-126 (codes 0 and 1, i.e. 0 and 0.5, as subnormals), so one multiply by 2**126 makes it
+    exact. Needs denormal support (no .ftz)."""
+    b = q.to(mt.uint32)
+    lo = (((b & 0x07) << 22) | ((b & 0x08) << 28)).to(mt.float32, bitcast=True)
+    hi = (((b & 0x70) << 18) | ((b & 0x80) << 24)).to(mt.float32, bitcast=True)
+    return lo * 8.507059173023462e37, hi * 8.507059173023462e37  # 2**126
+
+
+@mt.func
+def e8m0_to_f32(s):
+    """E8M0 scale bytes -> f32 2**(s - 127): bits s << 23 for 1..254, 0x00 -> 2**-127 (the subnormal 0x00400000),
+    0xFF -> NaN (OCP MX spec; the fast paths of other libraries give +inf here)."""
+    e = s.to(mt.uint32)
+    bits = mt.where(e == 0, 0x00400000, e << 23)
+    bits = mt.where(e == 255, 0x7FC00000, bits)
+    return bits.to(mt.float32, bitcast=True)
+
+
+@mt.func
+def load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, count_ptr, TEAMS, NT, DEDUP):
+    """The TEAMS work items it0 .. it0 + TEAMS - 1: (item_ok [T], pair [T, NT], pair_ok [T, NT], expert [T]).
+
+    With DEDUP an item is a run of up to NT pairs routed to one expert (pairs_ptr[first .. first + count)); without
+    it item i is pair i alone (NT == 1)."""
+    item = it0 + mt.arange(0, TEAMS)
+    item_ok = item < n_items
+    s = mt.arange(0, NT)
+    if DEDUP:
+        first = mt.load(first_ptr + item, mask=item_ok, other=0)
+        count = mt.load(count_ptr + item, mask=item_ok, other=0)
+        pair_ok = s[None, :] < count[:, None]
+        pair = mt.load(pairs_ptr + first[:, None] + s[None, :], mask=pair_ok, other=0)
+    else:
+        pair_ok = item_ok[:, None] & (s[None, :] == 0)
+        pair = mt.broadcast_to(item[:, None], (TEAMS, NT))
+    expert = mt.max(mt.load(ids_ptr + pair, mask=pair_ok, other=0), axis=1)  # one expert per item
+    return item_ok, pair, pair_ok, expert
+
+
+@mt.func
+def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_row, v_live, K, row_blocks,
+                ROWS, TEAMS, NT, BLOCKS, USE_DOT, SPLIT):
+    """acc[r, t, s] = sum_{k < K} W[row[r, t], k] * v[v_row[t, s] + k] for the weight rows `row` (i64 [R, T], rows
+    of `row_blocks` MX blocks) where `live`, and the vectors at element offsets `v_row` (i32 [T, NT]) where `v_live`.
+
+    Each step reads, per row and team, BLOCKS blocks: a [ROWS, TEAMS, BLOCKS, 16] byte tile (16 bytes per lane in
+    the row-per-warp layout) and [ROWS, TEAMS, BLOCKS] scale bytes. USE_DOT (TEAMS == 1) computes the inner products
+    with mt.dot on bf16 weights; SPLIT then feeds an f32 vector as bf16 hi + lo parts (two dots), keeping f32
+    accuracy."""
+    lane_block = mt.arange(0, BLOCKS)
+    j = mt.arange(0, 16)
+    slot = mt.arange(0, NT)
+    q_row = row * (row_blocks * 16)
+    s_row = row * row_blocks
+    if USE_DOT:
+        acc = mt.zeros((ROWS, NT), mt.float32)
+    else:
+        acc = mt.zeros((ROWS, TEAMS, NT), mt.float32)
+    for kb in range(0, row_blocks, BLOCKS):
+        blk = kb + lane_block
+        m = live[:, :, None] & (blk < row_blocks)[None, None, :]
+        q = mt.load(wq_ptr + q_row[:, :, None, None] + (blk * 16)[None, None, :, None] + j[None, None, None, :],
+                    mask=m[:, :, :, None], other=0)
+        scale = e8m0_to_f32(mt.load(ws_ptr + s_row[:, :, None] + blk[None, None, :], mask=m, other=0))
+        w_lo, w_hi = e2m1_to_f32(q)
+        k_lo = blk[:, None] * 32 + j[None, :]  # a block's low nibbles are its elements 0..15, high ones 16..31
+        if USE_DOT:
+            v_at = v_ptr + v_row[:, :, None, None] + k_lo[None, None, :, :]
+            v_lo = mt.load(v_at, mask=v_live[:, :, None, None] & (k_lo < K)[None, None, :, :], other=0)
+            v_hi = mt.load(v_at + 16, mask=v_live[:, :, None, None] & (k_lo + 16 < K)[None, None, :, :], other=0)
+            a_lo = (w_lo * scale[:, :, :, None]).to(mt.bfloat16).reshape((ROWS, BLOCKS * 16))
+            a_hi = (w_hi * scale[:, :, :, None]).to(mt.bfloat16).reshape((ROWS, BLOCKS * 16))
+            b_lo = mt.trans(v_lo.reshape((NT, BLOCKS * 16)))
+            b_hi = mt.trans(v_hi.reshape((NT, BLOCKS * 16)))
+            if SPLIT:
+                b_lo_hi = b_lo.to(mt.bfloat16)
+                b_hi_hi = b_hi.to(mt.bfloat16)
+                acc = mt.dot(a_lo, b_lo_hi, acc)
+                acc = mt.dot(a_hi, b_hi_hi, acc)
+                acc = mt.dot(a_lo, (b_lo - b_lo_hi.to(mt.float32)).to(mt.bfloat16), acc)
+                acc = mt.dot(a_hi, (b_hi - b_hi_hi.to(mt.float32)).to(mt.bfloat16), acc)
+            else:
+                acc = mt.dot(a_lo, b_lo.to(mt.bfloat16), acc)
+                acc = mt.dot(a_hi, b_hi.to(mt.bfloat16), acc)
+        else:
+            # One vector (pair slot s of every team) at a time keeps the product tile in the weights' 4-D layout.
+            for s in mt.static_range(NT):
+                pick = (slot == s)[None, :]
+                v_row_s = mt.sum(mt.where(pick, v_row, 0), axis=1)
+                v_live_s = mt.sum((pick & v_live).to(mt.int32), axis=1) > 0
+                v_at = v_ptr + v_row_s[:, None, None] + k_lo[None, :, :]
+                v_lo = mt.load(v_at, mask=v_live_s[:, None, None] & (k_lo < K)[None, :, :], other=0)
+                v_hi = mt.load(v_at + 16, mask=v_live_s[:, None, None] & (k_lo + 16 < K)[None, :, :], other=0)
+                part = mt.sum(w_lo * v_lo.to(mt.float32)[None, :, :, :] + w_hi * v_hi.to(mt.float32)[None, :, :, :],
+                              axis=3)
+                part = mt.sum(part * scale, axis=2)  # the block scale once per 32 weights
+                acc += mt.where(pick[None, :, :], part[:, :, None], 0.0)
+    if USE_DOT:
+        result = acc.reshape((ROWS, 1, NT))
+    else:
+        result = acc
+    return result
+
+
+# ------------------------------------------------------------------------------------------ kernels
+
+
+@mt.kernel
+def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, count_ptr, n_items_ptr, wq_ptr, ws_ptr, h_ptr,
+                   n_pairs, topk, D, I, row_blocks,
+                   ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr,
+                   DEDUP: mt.constexpr, USE_DOT: mt.constexpr):
+    """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32.
+
+    The program owns ROWS weight rows: neurons pid * ROWS/2 + r // 2, the gate row (r even, row i of W13) and the
+    up row (r odd, row I + i), and loops over all work items."""
+    HALF = ROWS // 2
+    r = mt.arange(0, ROWS)
+    neuron = mt.program_id(0) * HALF + r // 2
+    row_ok = neuron < I
+    w_row = (r % 2) * I + neuron
+    out_neuron = mt.program_id(0) * HALF + mt.arange(0, HALF)
+    is_gate = (mt.arange(0, 2) == 0)[None, :, None, None]
+    if DEDUP:
+        n_items = mt.load(n_items_ptr)
+    else:
+        n_items = n_pairs
+    for it0 in range(0, n_items, TEAMS):
+        item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, count_ptr,
+                                                    TEAMS, NT, DEDUP)
+        row = expert.to(mt.int64)[None, :] * (2 * I) + w_row[:, None]
+        acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr, (pair // topk) * D,
+                          pair_ok, D, row_blocks, ROWS, TEAMS, NT, BLOCKS, USE_DOT, False)
+        acc = acc.reshape((HALF, 2, TEAMS, NT))
+        gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=1)
+        up = mt.sum(mt.where(is_gate, 0.0, acc), axis=1)
+        h = gate * mt.sigmoid(gate) * up
+        mt.store(h_ptr + pair[None, :, :] * I + out_neuron[:, None, None], h,
+                 mask=(out_neuron < I)[:, None, None] & pair_ok[None, :, :])
+
+
+@mt.kernel
+def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, count_ptr, n_items_ptr, wq_ptr, ws_ptr, out_ptr,
+                n_pairs, topk, batch, D, I, row_blocks,
+                ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr, BT: mt.constexpr,
+                DEDUP: mt.constexpr, USE_DOT: mt.constexpr):
+    """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused: the program keeps
+    a [ROWS, BT] fp32 accumulator (rows x tokens) over all work items and writes each output once."""
+    d = mt.program_id(0) * ROWS + mt.arange(0, ROWS)
+    row_ok = d < D
+    token = mt.arange(0, BT)
+    out = mt.zeros((ROWS, BT), mt.float32)
+    if DEDUP:
+        n_items = mt.load(n_items_ptr)
+    else:
+        n_items = n_pairs
+    for it0 in range(0, n_items, TEAMS):
+        item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, count_ptr,
+                                                    TEAMS, NT, DEDUP)
+        row = expert.to(mt.int64)[None, :] * D + d[:, None]
+        acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr, pair * I, pair_ok,
+                          I, row_blocks, ROWS, TEAMS, NT, BLOCKS, USE_DOT, True)
+        weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
+        mine = ((pair // topk)[:, :, None] == token[None, None, :]) & pair_ok[:, :, None]  # [T, NT, BT]
+        contrib = mt.where(mine[None, :, :, :], (acc * weight[None, :, :])[:, :, :, None], 0.0)
+        out += mt.sum(mt.sum(contrib, axis=2), axis=1)
+    mt.store(out_ptr + token[None, :] * D + d[:, None], out, mask=row_ok[:, None] & (token < batch)[None, :])
+
+
+_GATE_UP_SIG = ("x_ptr:*bf16:16,ids_ptr:*i32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,count_ptr:*i32:16,"
+                "n_items_ptr:*i32:16,wq_ptr:*u8:16,ws_ptr:*u8:16,h_ptr:*fp32:16,n_pairs:i32:16,topk:i32:16,"
+                "D:i32:16,I:i32:16,row_blocks:i32:16")
+_DOWN_SIG = ("h_ptr:*fp32:16,ids_ptr:*i32:16,wts_ptr:*fp32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,"
+             "count_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*u8:16,ws_ptr:*u8:16,out_ptr:*bf16:16,n_pairs:i32:16,"
+             "topk:i32:16,batch:i32,D:i32:16,I:i32:16,row_blocks:i32:16")
+# K3 (D=3584, I=3072, top-16): B = 1 on CUDA cores (2 lane teams for the 112-block rows of W13), B = 16 on mt.dot.
+gate_up_kernel.specialize(signature=_GATE_UP_SIG, ROWS=8, TEAMS=2, BLOCKS=16, NT=1, DEDUP=False, USE_DOT=False,
+                          num_warps=8)
+down_kernel.specialize(signature=_DOWN_SIG, ROWS=8, TEAMS=1, BLOCKS=32, NT=1, BT=1, DEDUP=False, USE_DOT=False,
+                       num_warps=8)
+gate_up_kernel.specialize(signature=_GATE_UP_SIG, ROWS=16, TEAMS=1, BLOCKS=8, NT=8, DEDUP=True, USE_DOT=True,
+                          num_warps=1)
+down_kernel.specialize(signature=_DOWN_SIG, ROWS=16, TEAMS=1, BLOCKS=8, NT=8, BT=16, DEDUP=True, USE_DOT=True,
+                       num_warps=1)
+
+
+# ------------------------------------------------------------------------------------------ routing
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Routed (token, slot) pairs p = b * topk + j and the work items the kernels loop over.
+
+    ids, weights: int32 / fp32 [P] (P = batch * topk), flattened topk_ids / topk_weights.
+    With dedup: pairs int32 [P] is the pairs grouped by expert; item i covers pairs[first[i] : first[i] + count[i]]
+    (count <= group, one expert); n_items int32 [1] is the number of items (a device value: no host sync).
+    Without dedup (batch 1): item i is pair i and pairs/first/count/n_items are unused (they alias ids).
+    """
+
+    ids: torch.Tensor
+    weights: torch.Tensor
+    pairs: torch.Tensor
+    first: torch.Tensor
+    count: torch.Tensor
+    n_items: torch.Tensor
+    batch: int
+    topk: int
+    group: int
+    dedup: bool
+
+    @property
+    def n_pairs(self) -> int:
+        return self.batch * self.topk
+
+
+def make_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, group: int, dedup: bool) -> Routing:
+    """Group the routed pairs into work items of up to `group` pairs sharing an expert (see Routing).
+
+    Fixed-shape torch ops only (argsort, cummax, cumsum, scatter): no host synchronisation, so the whole MoE layer
+    can be captured in a CUDA graph."""
+    if topk_ids.dim() != 2 or topk_weights.shape != topk_ids.shape:
+        raise ValueError(f"topk_ids and topk_weights must both be [B, k], got {tuple(topk_ids.shape)} and "
+                         f"{tuple(topk_weights.shape)}")
+    if group < 1 or (not dedup and group != 1):
+        raise ValueError(f"group must be >= 1, and 1 without dedup; got group={group}, dedup={dedup}")
+    batch, topk = topk_ids.shape
+    ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
+    weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    if not dedup:
+        return Routing(ids, weights, ids, ids, ids, ids, batch, topk, 1, False)
+    n = ids.numel()
+    q = torch.arange(n, device=ids.device)
+    order = torch.argsort(ids.to(torch.int64) * n + q)  # by expert, then by pair: a stable grouping
+    grouped = ids[order]
+    new_expert = torch.ones(n, dtype=torch.bool, device=ids.device)
+    new_expert[1:] = grouped[1:] != grouped[:-1]
+    run_start = torch.cummax(torch.where(new_expert, q, 0), dim=0).values
+    item_start = (q - run_start) % group == 0
+    item = torch.cumsum(item_start, dim=0) - 1
+    n_items = item_start.sum(dtype=torch.int32).reshape(1)
+    first = torch.zeros(n + 1, dtype=torch.int32, device=ids.device)
+    first.scatter_(0, torch.where(item_start, item, n), q.to(torch.int32))  # non-starts land in the spare slot n
+    count = torch.zeros(n, dtype=torch.int32, device=ids.device)
+    count.scatter_add_(0, item, torch.ones_like(count))
+    return Routing(ids, weights, order.to(torch.int32), first[:n], count, n_items, batch, topk, group, True)
+
+
+# ------------------------------------------------------------------------------------------ configuration
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile parameters of one kernel launch: ROWS weight rows per program, TEAMS items at once, BLOCKS MX blocks
+    per team and step (16 bytes each), mt.dot or CUDA cores, and num_warps."""
+
+    use_dot: bool
+    rows: int
+    teams: int
+    blocks: int
+    num_warps: int
+
+
+def pick_teams(row_blocks: int, items_hint: int) -> int:
+    """Lane teams for the CUDA-core path: the split of a warp's 32 lanes (one block each) into teams that wastes the
+    fewest lane-steps on the row tail and on idle teams; ties go to fewer teams (fewer, longer streams)."""
+    best, best_eff = 1, -1.0
+    for teams in (1, 2, 4, 8):
+        lanes = 32 // teams
+        row_eff = row_blocks / (math.ceil(row_blocks / lanes) * lanes)
+        item_eff = items_hint / (math.ceil(items_hint / teams) * teams)
+        if row_eff * item_eff > best_eff + 1e-9:
+            best, best_eff = teams, row_eff * item_eff
+    return best
+
+
+def pick_config(row_blocks: int, items_hint: int, use_dot: bool) -> KernelConfig:
+    """Default tiles: CUDA cores with ROWS = num_warps = 8 (a warp per row) and lane teams; or mt.dot with one warp
+    per 16 rows (the m16n8k16 A operand), 8 blocks (256 weights) per step."""
+    if use_dot:
+        return KernelConfig(True, rows=16, teams=1, blocks=8, num_warps=1)
+    teams = pick_teams(row_blocks, items_hint)
+    return KernelConfig(False, rows=8, teams=teams, blocks=32 // teams, num_warps=8)
+
+
+def _check_config(config: KernelConfig, routing: Routing) -> None:
+    for name in ("rows", "teams", "blocks"):
+        v = getattr(config, name)
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"config.{name} must be a power of two, got {v}")
+    if config.rows < 2:
+        raise ValueError("config.rows must be at least 2 (gate and up rows of a neuron share a program)")
+    if config.use_dot and config.teams != 1:
+        raise ValueError("the mt.dot path takes teams=1")
+
+
+# ------------------------------------------------------------------------------------------ host API
+
+
+def _check_experts(w: PreparedExperts, name: str) -> None:
+    if not isinstance(w, PreparedExperts):
+        raise TypeError(f"{name} must come from prepare_experts(), got {type(w).__name__}")
+
+
+def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: KernelConfig | None = None
+            ) -> torch.Tensor:
+    """Kernel 1: the fp32 intermediate h [B * topk, I], h[b * topk + j] = silu(gate) * up for expert ids[b, j]."""
+    _check_experts(w13, "w13")
+    B, D = x.shape
+    if w13.k != D or w13.rows % 2:
+        raise ValueError(f"w13 must be [E, 2I, D={D}], got rows={w13.rows}, K={w13.k}")
+    I = w13.rows // 2
+    if config is None:
+        config = pick_config(w13.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
+    _check_config(config, routing)
+    h = torch.empty((routing.n_pairs, I), dtype=torch.float32, device=x.device)
+    grid = (mt.cdiv(I, config.rows // 2),)
+    gate_up_kernel[grid](x, routing.ids, routing.pairs, routing.first, routing.count, routing.n_items,
+                         w13.blocks, w13.scales, h, routing.n_pairs, routing.topk, D, I, w13.row_blocks,
+                         ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
+                         DEDUP=routing.dedup, USE_DOT=config.use_dot, num_warps=config.num_warps)
+    return h
+
+
+def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torch.dtype = torch.bfloat16,
+         config: KernelConfig | None = None) -> torch.Tensor:
+    """Kernel 2: out [B, D] = sum_j weights[b, j] * W2[ids[b, j]] @ h[b * topk + j], accumulated in fp32."""
+    _check_experts(w2, "w2")
+    P, I = h.shape
+    if P != routing.n_pairs or w2.k != I or h.dtype != torch.float32:
+        raise ValueError(f"h must be fp32 [B*k={routing.n_pairs}, I={w2.k}], got {h.dtype} {tuple(h.shape)}")
+    if routing.batch > MAX_BATCH:
+        raise ValueError(f"moe decode handles batches up to {MAX_BATCH}, got {routing.batch}")
+    D = w2.rows
+    if config is None:
+        config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
+    _check_config(config, routing)
+    out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
+    grid = (mt.cdiv(D, config.rows),)
+    down_kernel[grid](h, routing.ids, routing.weights, routing.pairs, routing.first, routing.count,
+                      routing.n_items, w2.blocks, w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I,
+                      w2.row_blocks, ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
+                      BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
+                      num_warps=config.num_warps)
+    return out
+
+
+def plan_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, use_dot: bool | None = None,
+                 dedup: bool | None = None) -> tuple[Routing, bool]:
+    """The default routing for a batch: no grouping at B = 1 (a token's experts are distinct), otherwise pairs
+    grouped by expert, 8 per item on the mt.dot path (the n8 of m16n8k16) and 2 on CUDA cores."""
+    batch = topk_ids.shape[0]
+    use_dot = batch >= DOT_MIN_BATCH if use_dot is None else use_dot
+    dedup = batch > 1 if dedup is None else dedup
+    group = (8 if use_dot else 2) if dedup else 1
+    return make_routing(topk_ids, topk_weights, group, dedup), use_dot
+
+
+def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: PreparedExperts,
+               w2: PreparedExperts, *, out_dtype: torch.dtype = torch.bfloat16, use_dot: bool | None = None,
+               dedup: bool | None = None) -> torch.Tensor:
+    """The routed-expert part of an MXFP4 MoE layer for a decode batch.
+
+    x:            bf16 [B, D] (B <= 256), contiguous.
+    topk_ids:     int32 [B, k] expert ids in [0, E) (int64 is converted).
+    topk_weights: fp32 [B, k] routing weights (applied to each expert's down-projection output).
+    w13:          prepare_experts of gate+up [E, 2I, D] (rows [0, I) gate, [I, 2I) up).
+    w2:           prepare_experts of down [E, D, I].
+    out_dtype:    bf16 (default), or fp32 to see the result before the output rounding.
+    use_dot:      force the mt.dot (True) or CUDA-core (False) inner products; default: mt.dot from B = 3.
+    dedup:        group pairs by expert so shared experts are read once; default: when B > 1.
+    Returns out_dtype [B, D] = sum_j w[b, j] * W2[e] @ (silu(W13[e, :I] @ x_b) * (W13[e, I:] @ x_b)), e = ids[b, j].
+    """
+    _check_inputs(x, topk_ids, topk_weights, w13, w2)
+    routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup)
+    c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot)
+    c2 = pick_config(w2.row_blocks, routing.n_pairs, use_dot)
+    h = gate_up(x, routing, w13, c13)
+    return down(h, routing, w2, out_dtype, c2)
+
+
+def _check_inputs(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: PreparedExperts,
+                  w2: PreparedExperts) -> None:
+    _check_experts(w13, "w13")
+    _check_experts(w2, "w2")
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or not x.is_contiguous():
+        raise ValueError(f"x must be a contiguous bf16 [B, D] tensor, got {x.dtype} {tuple(x.shape)}")
+    B, D = x.shape
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != B or topk_weights.shape != topk_ids.shape:
+        raise ValueError(f"topk_ids/topk_weights must be [B={B}, k], got {tuple(topk_ids.shape)} and "
+                         f"{tuple(topk_weights.shape)}")
+    if topk_ids.dtype not in (torch.int32, torch.int64) or not topk_weights.is_floating_point():
+        raise TypeError(f"topk_ids must be int32 (or int64), topk_weights floating; got {topk_ids.dtype}, "
+                        f"{topk_weights.dtype}")
+    E = w13.num_experts
+    if w2.num_experts != E or w13.k != D or w2.rows != D or w13.rows != 2 * w2.k:
+        raise ValueError(f"expert shapes do not fit x [B, {D}]: w13 [E={w13.num_experts}, {w13.rows}, {w13.k}], "
+                         f"w2 [E={w2.num_experts}, {w2.rows}, {w2.k}] (need [E, 2I, D] and [E, D, I])")
+    if not 1 <= B <= MAX_BATCH:
+        raise ValueError(f"batch must be in [1, {MAX_BATCH}], got {B}")
+    if x.device.type == "cpu" and topk_ids.numel() and (int(topk_ids.min()) < 0 or int(topk_ids.max()) >= E):
+        raise ValueError(f"topk_ids must lie in [0, {E})")  # checked only on CPU: on the GPU it would sync
+
+
+# ------------------------------------------------------------------------------------------ reference
+
+
+def reference(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+              w13: tuple[torch.Tensor, torch.Tensor], w2: tuple[torch.Tensor, torch.Tensor],
+              return_intermediate: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """float64 MoE with exactly dequantized MXFP4 experts (mxfp4.dequantize: 0xFF scales are NaN).
+
+    w13 = (blocks [E, 2I, D/2], scales [E, 2I, D/32]), w2 = (blocks [E, D, I/2], scales [E, D, I/32]) in the
+    natural (un-prepared) layout. Returns out float64 [B, D], and with return_intermediate also h float64
+    [B * k, I] (the fp32 intermediate of gate_up, exactly)."""
+    B, D = x.shape
+    k = topk_ids.shape[1]
+    xd = x.double()
+    outs, hs = [], []
+    for b in range(B):
+        acc = torch.zeros(D, dtype=torch.float64)
+        for j in range(k):
+            e = int(topk_ids[b, j])
+            g_u = mxfp4.dequantize(w13[0][e], w13[1][e], D) @ xd[b]
+            I = g_u.shape[0] // 2
+            h = torch.nn.functional.silu(g_u[:I]) * g_u[I:]
+            hs.append(h)
+            acc += float(topk_weights[b, j]) * (mxfp4.dequantize(w2[0][e], w2[1][e], I) @ h)
+        outs.append(acc)
+    out = torch.stack(outs)
+    return (out, torch.stack(hs)) if return_intermediate else out

@@ -1,0 +1,420 @@
+"""Pass "tiling": layout assignment. Rewrites tile IR without encodings into IR where every tensor type carries a
+distributed layout (`#mt.blocked` / `#mt.slice`, meaning in minitriton/ir/layouts.py), inserting
+`mt.convert_layout` (or recomputing cheap index math) where a consumer needs another layout than its producer's.
+
+How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_conversions, in one pass):
+
+1. Anchors. Every load / store / atomic on a tile of pointers gets a coalesced layout from the axis analysis
+   (passes/axis_info.py): dims ordered by the pointer's contiguity (most contiguous fastest), and a per-thread
+   vector along the fastest dim of w = min(contiguity, alignment / element size, 16 bytes / element size,
+   elements / threads, mask constancy) elements: 4 x f32 or 8 x bf16 for an aligned arange-based access, 1 when
+   the alignment is unknown. Threads and warps are spread as Triton's BlockedEncodingAttr::get does. The width
+   is recorded on the op as `vector_width` for the codegen.
+2. Propagation. The rest of the kernel is a graph of *nodes*: an op (or one carried value of an scf.for / scf.if /
+   scf.while) ties the layouts of its tensor operands and results: elementwise ops, broadcast, scan, loads,
+   stores and carried values use one layout for all; reduce gives slice(axis, L) of its operand's L;
+   expand_dims takes slice(axis, L) and gives L; trans permutes a blocked layout (free in registers); reshape
+   and the a / b operands of dot are free (the codegen moves them through shared memory). From each anchor, in
+   program order, layouts flood through the ties to every node not yet decided; nodes no flood reaches get the
+   default layout (one element per thread, last dim fastest). A scalar stays a scalar: every thread holds it.
+3. Materialization. Where an operand's layout differs from what its consumer was decided with, the operand is
+   recomputed in the wanted layout when it is cheap index math (arange / splat / constant / broadcast /
+   expand_dims / integer and pointer arithmetic, at most REMAT_LIMIT ops), else converted by one
+   `mt.convert_layout` placed right after its definition (hoisted out of the loops that use it).
+
+Preconditions: a kernel straight from the frontend (no encodings yet); attr `num_warps` (default 4).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from minitriton.ir import Block, Module, Operation, Value
+from minitriton.ir.layouts import (WARP_SIZE, blocked_for_shape, default_layout, is_blocked, is_slice,
+                                   permute_layout, slice_of)
+from minitriton.ir.ops import OPS
+from minitriton.ir.types import LayoutAttr, PointerType, TensorType
+
+from .axis_info import AxisAnalysis, AxisInfo
+from .registry import register_pass
+
+REMAT_LIMIT = 16  # ops recomputed at most to avoid one layout conversion
+MAX_VECTOR_BYTES = 16
+
+Slot = tuple[Operation, int]  # (op, operand index): one use of a value
+
+# Ops whose tensor operands and results all share one layout.
+_SAME = {"mt.addptr", "mt.load", "mt.store", "mt.atomic_add", "mt.broadcast", "mt.splat", "mt.arange",
+         "mt.constant", "mt.scan"} | {name for name, spec in OPS.items() if "elementwise" in spec.traits}
+_MEMORY = ("mt.load", "mt.store", "mt.atomic_add")
+_MASK_INDEX = {"mt.load": 1, "mt.store": 2, "mt.atomic_add": 2}
+# Integer / pointer ops cheap enough to recompute in another layout instead of converting their result.
+_CHEAP = {"mt.arange", "mt.constant", "mt.splat", "mt.broadcast", "mt.expand_dims", "mt.addptr", "mt.add", "mt.sub",
+          "mt.mul", "mt.div", "mt.rem", "mt.and", "mt.or", "mt.xor", "mt.shl", "mt.shr", "mt.maximum",
+          "mt.minimum", "mt.neg", "mt.not", "mt.cmp", "mt.select", "mt.cast"}
+
+
+@register_pass("tiling")
+def tiling(module: Module) -> Module:
+    """Give every tensor of every kernel a layout encoding (see the module docstring)."""
+    for func in module.functions:
+        assign_layouts(func)
+    return module
+
+
+def assign_layouts(func: Operation) -> None:
+    for op in func.walk():
+        for v in op.results + [a for r in op.regions for b in r.blocks for a in b.args]:
+            if isinstance(v.type, TensorType) and v.type.encoding is not None:
+                raise ValueError(f"tiling: {func.attrs.get('sym_name')} already has layouts ({v.type})")
+    solver = _Solver(func, int(func.attrs.get("num_warps", 4)))
+    solver.solve()
+    solver.materialize()
+    verify_layouts(func)
+
+
+# ------------------------------------------------------------------------------------------------ nodes
+
+
+@dataclass(eq=False)
+class _Node:
+    """Ports tied by one rule: `defs` (tensor values it decides) and `uses` (operand slots it constrains)."""
+
+    rule: str  # an op name, or "same" for a carried value of scf ops
+    op: Operation
+    defs: list[Value] = field(default_factory=list)
+    uses: list[Slot] = field(default_factory=list)
+    decided: bool = False
+
+
+def _is_tensor(v: Value) -> bool:
+    return isinstance(v.type, TensorType)
+
+
+Config = tuple[dict[Value, LayoutAttr], dict[Slot, "LayoutAttr | None"]]
+
+
+def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: LayoutAttr,
+          num_warps: int) -> Config | None:
+    """The node's layouts given one port's layout, or None when that port does not determine them."""
+    name = node.rule
+    if name == "same" or name in _SAME:
+        return {v: hint for v in node.defs}, {s: hint for s in node.uses}
+    op = node.op
+    if name == "mt.reduce":
+        axis = op.attrs["axis"]
+        if hint_use is not None:
+            operand = hint
+        elif is_slice(hint) and hint.get("dim") == axis:
+            operand = hint.get("parent")
+        else:
+            operand = default_layout(op.operands[0].type.shape, num_warps)
+        return {v: slice_of(axis, operand) for v in node.defs}, {s: operand for s in node.uses}
+    if name == "mt.expand_dims":
+        axis = op.attrs["axis"]
+        if hint_def is not None:
+            result = hint
+        elif is_slice(hint) and hint.get("dim") == axis:
+            result = hint.get("parent")
+        else:
+            result = default_layout(op.result.type.shape, num_warps)
+        return {op.result: result}, {(op, 0): slice_of(axis, result)}
+    if name == "mt.trans":
+        perm = list(op.attrs["order"])
+        inverse = [perm.index(d) for d in range(len(perm))]
+        if hint_def is not None:
+            return {op.result: hint}, {(op, 0): permute_layout(hint, inverse) if is_blocked(hint) else None}
+        if is_blocked(hint):
+            return {op.result: permute_layout(hint, perm)}, {(op, 0): hint}
+        return None
+    if name == "mt.reshape":
+        if hint_def is None:
+            return None
+        return {op.result: hint}, {(op, 0): None}
+    if name == "mt.dot":
+        if hint_use is not None and hint_use[1] != 2:
+            return None  # a and b go through shared memory: their layouts say nothing about the result's
+        return {op.result: hint}, {(op, 0): None, (op, 1): None, (op, 2): hint}
+    raise ValueError(f"tiling: no layout rule for '{name}'")
+
+
+# ----------------------------------------------------------------------------------------------- solver
+
+
+class _Solver:
+    def __init__(self, func: Operation, num_warps: int):
+        self.func = func
+        self.num_warps = num_warps
+        self.nodes: list[_Node] = []
+        self.def_node: dict[Value, _Node] = {}
+        self.slot_node: dict[Slot, _Node] = {}
+        self.users: dict[Value, list[Slot]] = {}
+        self.layout: dict[Value, LayoutAttr] = {}
+        self.required: dict[Slot, LayoutAttr | None] = {}
+        self.vector_width: dict[Operation, int] = {}
+        self.queue: deque[_Node] = deque()
+        self._build(func.regions[0].block)
+
+    # -- graph
+
+    def _add(self, node: _Node) -> None:
+        if not node.defs and not node.uses:
+            return
+        self.nodes.append(node)
+        for v in node.defs:
+            self.def_node[v] = node
+        for s in node.uses:
+            self.slot_node[s] = node
+            self.users.setdefault(s[0].operands[s[1]], []).append(s)
+
+    def _build(self, block: Block) -> None:
+        for op in block.ops:
+            for region in op.regions:
+                self._build(region.block)
+            if op.name in ("scf.yield", "scf.condition", "mt.return", "mt.func"):
+                continue  # terminators' slots belong to their parent's carried-value nodes
+            if op.name == "scf.for":
+                body = op.regions[0].block
+                for i, r in enumerate(op.results):
+                    if _is_tensor(r):
+                        self._add(_Node("same", op, [body.args[i + 1], r], [(op, 3 + i), (body.terminator, i)]))
+            elif op.name == "scf.if":
+                for i, r in enumerate(op.results):
+                    if _is_tensor(r):
+                        self._add(_Node("same", op, [r], [(reg.block.terminator, i) for reg in op.regions]))
+            elif op.name == "scf.while":
+                before, after = op.regions[0].block, op.regions[1].block
+                for i, a in enumerate(before.args):
+                    if _is_tensor(a):
+                        self._add(_Node("same", op, [a], [(op, i), (after.terminator, i)]))
+                for j, a in enumerate(after.args):
+                    if _is_tensor(a):
+                        self._add(_Node("same", op, [a, op.results[j]], [(before.terminator, j + 1)]))
+            else:
+                self._add(_Node(op.name, op, [r for r in op.results if _is_tensor(r)],
+                                [(op, i) for i, v in enumerate(op.operands) if _is_tensor(v)]))
+
+    # -- deciding
+
+    def _decide(self, node: _Node, config: Config) -> None:
+        defs, uses = config
+        node.decided = True
+        self.layout.update(defs)
+        self.required.update(uses)
+        self.queue.append(node)
+
+    def _try(self, node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: LayoutAttr) -> None:
+        if node.decided:
+            return
+        config = _rule(node, hint_def, hint_use, hint, self.num_warps)
+        if config is not None:
+            self._decide(node, config)
+
+    def _flood(self) -> None:
+        while self.queue:
+            node = self.queue.popleft()
+            for slot in node.uses:  # backward: producers of operands take the layout asked for
+                want = self.required.get(slot)
+                producer = self.def_node.get(slot[0].operands[slot[1]])
+                if want is not None and producer is not None:
+                    self._try(producer, slot[0].operands[slot[1]], None, want)
+            for v in node.defs:  # forward: consumers take the layout given
+                for slot in self.users.get(v, []):
+                    self._try(self.slot_node[slot], None, slot, self.layout[v])
+
+    def solve(self) -> None:
+        analysis = AxisAnalysis(self.func)
+        for node in self.nodes:  # 1. anchors, all fixed before any flooding so no flood can override one
+            if node.rule in _MEMORY and node.uses and node.uses[0][1] == 0:
+                enc, width = coalesced_layout(node.op, analysis, self.num_warps)
+                self.vector_width[node.op] = width
+                self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
+        self._flood()
+        for node in self.nodes:  # 2. dots whose result no anchor reached, then everything else
+            if node.rule == "mt.dot" and not node.decided:
+                self._decide_default(node)
+                self._flood()
+        for node in self.nodes:
+            if not node.decided:
+                self._decide_default(node)
+                self._flood()
+
+    def _decide_default(self, node: _Node) -> None:
+        if node.defs:
+            v = node.defs[0]
+            self._try(node, v, None, default_layout(v.type.shape, self.num_warps))
+        else:
+            slot = node.uses[0]
+            self._try(node, None, slot, default_layout(slot[0].operands[slot[1]].type.shape, self.num_warps))
+        assert node.decided, f"tiling: could not decide {node.rule}"
+
+    # -- rewriting
+
+    def materialize(self) -> None:
+        for v, enc in self.layout.items():
+            v.type = v.type.with_encoding(enc)
+        self.memo: dict[tuple[Value, LayoutAttr], Value] = {}
+        for slot, want in list(self.required.items()):
+            op, i = slot
+            v = op.operands[i]
+            if want is not None and v.type.encoding != want:
+                op.operands[i] = self._in_layout(v, want)
+        for op, width in self.vector_width.items():
+            op.attrs["vector_width"] = width
+
+    def _in_layout(self, v: Value, want: LayoutAttr) -> Value:
+        """`v` in layout `want`: itself, a recomputation of cheap index math, or a convert_layout of it."""
+        if v.type.encoding == want:
+            return v
+        key = (v, want)
+        if key not in self.memo:
+            if _cheap_size(v, REMAT_LIMIT) <= REMAT_LIMIT:
+                self.memo[key] = self._recompute(v, want)
+            else:
+                conv = Operation("mt.convert_layout", [v], [v.type.with_encoding(want)], loc=_loc_of(v))
+                _insert_after_def(v, conv)
+                self.memo[key] = conv.result
+        return self.memo[key]
+
+    def _recompute(self, v: Value, want: LayoutAttr) -> Value:
+        op = v.defining_op
+        assert op is not None
+        node = _Node(op.name, op, [v], [(op, i) for i, x in enumerate(op.operands) if _is_tensor(x)])
+        config = _rule(node, v, None, want, self.num_warps)
+        assert config is not None
+        operands = [self._in_layout(x, config[1][(op, i)]) if _is_tensor(x) else x  # type: ignore[arg-type]
+                    for i, x in enumerate(op.operands)]
+        clone = Operation(op.name, operands, [v.type.with_encoding(want)], dict(op.attrs), loc=op.loc)
+        _insert_after_def(v, clone)
+        return clone.result
+
+
+def _cheap_size(v: Value, limit: int) -> int:
+    """How many ops recomputing `v` takes (limit + 1 when it is not cheap index math)."""
+    seen: set[int] = set()
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        op = x.defining_op
+        if op is None or not _is_cheap(op):
+            return limit + 1
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        if len(seen) > limit:
+            return limit + 1
+        stack.extend(o for o in op.operands if _is_tensor(o))
+    return len(seen)
+
+
+def _is_cheap(op: Operation) -> bool:
+    if op.name in ("mt.constant", "mt.splat", "mt.arange"):
+        return True
+    s = op.results[0].type.scalar if op.results else None
+    return op.name in _CHEAP and (isinstance(s, PointerType) or (s is not None and s.is_int))
+
+
+def _loc_of(v: Value):  # type: ignore[no-untyped-def]
+    op = v.defining_op
+    return op.loc if op is not None else None
+
+
+def _insert_after_def(v: Value, new: Operation) -> None:
+    """Place `new` right after the definition of `v` (at the top of the block for a block argument)."""
+    op = v.defining_op
+    if op is None:
+        block = v.owner
+        assert isinstance(block, Block)
+        block.insert(0, new)
+    else:
+        block = op.parent
+        assert block is not None
+        block.insert(block.ops.index(op) + 1, new)
+
+
+# -------------------------------------------------------------------------------------------- coalescing
+
+
+def coalesced_layout(op: Operation, analysis: AxisAnalysis, num_warps: int) -> tuple[LayoutAttr, int]:
+    """The blocked layout and vector width for a load / store / atomic_add on a tile of pointers."""
+    ptr = op.operands[0]
+    shape = ptr.type.shape
+    info = analysis.info(ptr)
+    order = sorted(range(len(shape)), key=lambda d: (-info.contiguity[d], -d))
+    mask = op.operands[_MASK_INDEX[op.name]] if len(op.operands) > _MASK_INDEX[op.name] else None
+    width = vector_width(info, analysis.info(mask) if mask is not None else None, order[0], shape,
+                         ptr.type.scalar.pointee.bytes, num_warps)  # type: ignore[union-attr]
+    if op.name == "mt.atomic_add":
+        width = 1  # one atomic per element
+    spt = [1] * len(shape)
+    spt[order[0]] = width
+    return blocked_for_shape(shape, num_warps, spt, order), width
+
+
+def vector_width(ptr: AxisInfo, mask: AxisInfo | None, dim: int, shape: tuple[int, ...], elem_bytes: int,
+                 num_warps: int) -> int:
+    """Elements per vector access along `dim` that the facts allow (a power of two, 1 when nothing is known)."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    width = min(ptr.contiguity[dim], max(1, ptr.divisibility[dim] // elem_bytes),
+                max(1, MAX_VECTOR_BYTES // elem_bytes), max(1, numel // (num_warps * WARP_SIZE)), shape[dim])
+    if mask is not None:
+        width = min(width, mask.constancy[dim])
+    width = 1 << (max(1, width).bit_length() - 1)
+    if width > 1 and width * elem_bytes < 4:
+        width = 1  # vectors narrower than one 32-bit word are not worth packing
+    return width
+
+
+# ------------------------------------------------------------------------------------------ verification
+
+
+def verify_layouts(func: Operation) -> None:
+    """Check what the codegen relies on after tiling: every tensor has a layout, and each op's layouts are tied as
+    the module docstring says (convert_layout, trans, reshape and dot's a / b being the free places)."""
+    name = func.attrs.get("sym_name")
+
+    def bad(op: Operation, msg: str) -> None:
+        raise ValueError(f"tiling of {name}: '{op.name}' at {op.loc}: {msg}")
+
+    for op in func.walk():
+        values = list(op.operands) + list(op.results)
+        for v in values + [a for r in op.regions for b in r.blocks for a in b.args]:
+            if isinstance(v.type, TensorType) and v.type.encoding is None:
+                bad(op, f"tensor without a layout: {v.type}")
+        enc = lambda v: v.type.encoding  # noqa: E731
+        tensors = [v for v in values if _is_tensor(v)]
+        if op.name in _SAME:
+            if len({enc(v) for v in tensors}) > 1:
+                bad(op, "operands and results must share one layout")
+        elif op.name == "mt.reduce" and op.results and _is_tensor(op.result):
+            if enc(op.result) != slice_of(op.attrs["axis"], enc(op.operands[0])):
+                bad(op, "result must be the slice of the operand's layout")
+        elif op.name == "mt.expand_dims":
+            if enc(op.operands[0]) != slice_of(op.attrs["axis"], enc(op.result)):
+                bad(op, "operand must be the slice of the result's layout")
+        elif op.name == "mt.dot":
+            if enc(op.operands[2]) != enc(op.result):
+                bad(op, "accumulator and result must share one layout")
+        elif op.name == "scf.for":
+            body = op.regions[0].block
+            for i, r in enumerate(op.results):
+                trio = [op.operands[3 + i], body.args[1 + i], body.terminator.operands[i], r]
+                if _is_tensor(r) and len({enc(v) for v in trio}) > 1:
+                    bad(op, f"carried value {i} changes layout")
+        elif op.name == "scf.if":
+            for i, r in enumerate(op.results):
+                vs = [r] + [reg.block.terminator.operands[i] for reg in op.regions]
+                if _is_tensor(r) and len({enc(v) for v in vs}) > 1:
+                    bad(op, f"result {i} changes layout")
+        elif op.name == "scf.while":
+            before, after = op.regions[0].block, op.regions[1].block
+            for i, a in enumerate(before.args):
+                vs = [a, op.operands[i], after.terminator.operands[i]]
+                if _is_tensor(a) and len({enc(v) for v in vs}) > 1:
+                    bad(op, f"carried value {i} changes layout")
+            for j, a in enumerate(after.args):
+                vs = [a, op.results[j], before.terminator.operands[j + 1]]
+                if _is_tensor(a) and len({enc(v) for v in vs}) > 1:
+                    bad(op, f"forwarded value {j} changes layout")

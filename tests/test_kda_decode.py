@@ -1,0 +1,307 @@
+"""KDA speculative decode step (minitriton.kernels.kda_decode): the kernel through the interpreter at small shapes,
+driven by the simulator (random drafts, random acceptance, padding rows, reshuffled batches) against the
+token-by-token float64 reference; the reference against the paper's matrix form; the simulator's ability to fail;
+the host wrapper's graph-safety (it never reads device data). GPU tests at the end (`-m gpu`) run the compiled
+kernel at the benchmark shapes and under CUDA-graph capture."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minitriton.kernels import kda_decode
+from minitriton.kernels.kda_decode import KDADecodeCache, KDADecodeWeights, kda_decode_step
+from minitriton.kernels.kda_reference import (TokenInputs, decode_reference, random_weights, reference_token_step,
+                                              simulate_spec_decode, spec_decode_step_torch)
+
+SMALL = dict(num_requests=4, batch_rows=3, num_slots=6, heads=2)
+
+
+@pytest.fixture
+def interpret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+
+
+def clone_cache(cache: KDADecodeCache) -> KDADecodeCache:
+    return KDADecodeCache(*(t.clone() for t in vars(cache).values()))
+
+
+def on_device(obj, device: str):
+    """A copy of a weights / cache dataclass with its tensors on `device`."""
+    return type(obj)(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(obj).items()})
+
+
+def random_cache(num_slots: int, h: int, kd: int, vd: int, max_drafts: int, dtype: torch.dtype,
+                 gen: torch.Generator) -> KDADecodeCache:
+    cache = KDADecodeCache.allocate(num_slots, h, kd, vd, max_drafts, dtype, "cpu")
+    for t in vars(cache).values():
+        t.copy_(torch.randn(t.shape, generator=gen).to(t.dtype))
+    return cache
+
+
+# ------------------------------------------------------------------------------------------ the reference
+
+
+def paper_form_step(x: TokenInputs, state: torch.Tensor, conv: torch.Tensor, w: KDADecodeWeights):
+    """One token for one sequence written independently of kda_reference: explicit conv taps, and the paper's
+    S' = (I - b k k^T) Diag(alpha) S + b k v^T on the K-first state S = state^T, o = S'^T q."""
+    h, kd = x.q.shape
+    vd = x.v.shape[-1]
+    raw = torch.cat([x.q.reshape(-1), x.k.reshape(-1), x.v.reshape(-1)]).double()
+    taps = w.conv_weight.double()
+    y = taps[:, 3] * raw + sum(taps[:, i] * conv[i].double() for i in range(3))
+    y = y * torch.sigmoid(y)
+    qc, kc, vc = y[:h * kd].view(h, kd), y[h * kd:2 * h * kd].view(h, kd), y[2 * h * kd:].view(h, vd)
+    o_all, s_all = [], []
+    for head in range(h):
+        q = qc[head] / (qc[head].square().sum() + 1e-6).sqrt() * kd ** -0.5
+        k = kc[head] / (kc[head].square().sum() + 1e-6).sqrt()
+        g = w.lower_bound * torch.sigmoid(w.a_log[head].double().exp()
+                                          * (x.f[head].double() + w.dt_bias.double().view(h, kd)[head]))
+        b = torch.sigmoid(x.beta[head].double())
+        s_kf = state[head].double().T
+        s_kf = (torch.eye(kd, dtype=torch.float64) - b * torch.outer(k, k)) @ torch.diag(g.exp()) @ s_kf \
+            + b * torch.outer(k, vc[head])
+        o = s_kf.T @ q
+        o = o / (o.square().mean() + w.norm_eps).sqrt() * w.o_norm_weight.double() * torch.sigmoid(x.gate[head].double())
+        o_all.append(o)
+        s_all.append(s_kf.T)
+    return torch.stack(o_all), torch.stack(s_all), torch.cat([conv[1:].double(), raw[None]])
+
+
+def test_reference_matches_the_paper_form() -> None:
+    gen = torch.Generator().manual_seed(1)
+    h, kd, vd = 3, 8, 16
+    w = random_weights(h, kd, vd, gen)
+    state = torch.randn(h, vd, kd, generator=gen, dtype=torch.float64)
+    conv = torch.randn(3, 2 * h * kd + h * vd, generator=gen, dtype=torch.float64)
+    tokens = TokenInputs.random((4,), h, kd, vd, torch.float64, gen)
+    ref_o, ref_s, ref_c = decode_reference(tokens, state, conv, w)
+    s, c = state, conv
+    for t in range(4):
+        o, s, c = paper_form_step(tokens.select(t), s, c, w)
+        assert torch.allclose(o, ref_o[t], rtol=1e-10, atol=1e-12)
+    assert torch.allclose(s, ref_s, rtol=1e-10, atol=1e-12)
+    assert torch.equal(c, ref_c)
+
+
+# ------------------------------------------------------------------------------------------ the simulator
+
+
+def test_simulator_with_the_torch_step_matches_token_by_token() -> None:
+    """The torch statement of the API (replay + new tokens + draft cache), fp32 everywhere: errors are fp32 rounding
+    of the stored state only."""
+    rep = simulate_spec_decode(spec_decode_step_torch, **SMALL, head_k_dim=8, head_v_dim=8, num_drafts=3, steps=20,
+                               dtype=torch.float32, seed=3)
+    assert rep.output_error < 1e-6 and rep.state_error < 1e-6 and rep.conv_error == 0
+    assert 0 in rep.accepted_counts and 3 in rep.accepted_counts and rep.padding_rows > 0
+    assert rep.idle_request_steps > 0
+
+
+def no_replay(*args, out):  # forgets the accepted drafts
+    args = list(args)
+    args[9] = torch.zeros_like(args[9])
+    return spec_decode_step_torch(*args, out=out)
+
+
+def replays_one_too_many(*args, out):
+    args = list(args)
+    args[9] = (args[9] + 1).clamp_max(args[7].max_drafts)
+    return spec_decode_step_torch(*args, out=out)
+
+
+def ignores_slots(*args, out):  # every row uses slot = row (the batch was reshuffled, so this is wrong)
+    args = list(args)
+    idx = args[8]
+    args[8] = torch.where(idx >= 0, torch.arange(idx.numel(), dtype=idx.dtype), idx)
+    return spec_decode_step_torch(*args, out=out)
+
+
+@pytest.mark.parametrize("broken", [no_replay, replays_one_too_many, ignores_slots])
+def test_simulator_catches_broken_steps(broken) -> None:
+    rep = simulate_spec_decode(broken, **SMALL, head_k_dim=8, head_v_dim=8, num_drafts=3, steps=8,
+                               dtype=torch.float32, seed=4)
+    assert max(rep.output_error, rep.state_error) > 0.05 or rep.output_error != rep.output_error  # NaN counts
+
+
+# ------------------------------------------------------------------------------------------ the kernel
+
+
+def test_kernel_plain_decode_fp32(interpret: None) -> None:
+    """k = 0 (no speculation): each step is one token per request."""
+    rep = simulate_spec_decode(kda_decode_step, **SMALL, head_k_dim=16, head_v_dim=16, num_drafts=0, steps=6,
+                               dtype=torch.float32, seed=5)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+
+
+def test_kernel_spec_decode_bf16_20_steps(interpret: None) -> None:
+    """The issue's acceptance test at CI shapes: 20 steps, K = V = 16, H = 2, B = 3, 3 drafts, bf16 activations,
+    acceptance 0 / all / mixed in one batch, padding rows, requests moving between rows and sitting out steps."""
+    rep = simulate_spec_decode(kda_decode_step, **SMALL, head_k_dim=16, head_v_dim=16, num_drafts=3, steps=20,
+                               dtype=torch.bfloat16, seed=6)
+    assert rep.output_error <= 1e-2, rep  # bf16 outputs
+    assert rep.state_error <= 2e-3, rep  # fp32 state
+    assert rep.conv_error == 0, rep  # the conv window holds raw bf16 inputs: exact
+    assert 0 in rep.accepted_counts and 3 in rep.accepted_counts and rep.padding_rows > 0
+    assert rep.committed_tokens > 60
+
+
+def test_kernel_spec_decode_fp32_7_drafts_k32(interpret: None) -> None:
+    rep = simulate_spec_decode(kda_decode_step, num_requests=3, batch_rows=3, num_slots=4, heads=2, head_k_dim=32,
+                               head_v_dim=32, num_drafts=7, steps=6, dtype=torch.float32, seed=7)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+    assert 0 in rep.accepted_counts and 7 in rep.accepted_counts
+
+
+def test_kernel_k_differs_from_v_and_small_draft_count(interpret: None) -> None:
+    """K != V, and a step with fewer drafts (1) than the draft cache holds (3)."""
+    rep = simulate_spec_decode(kda_decode_step, **SMALL, head_k_dim=8, head_v_dim=16, num_drafts=1, steps=6,
+                               dtype=torch.float32, seed=8, max_drafts=3)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+
+
+def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
+    """One step from a random cache (random committed state, conv window, and stale drafts in every slot): outputs,
+    state, conv window and draft cache equal the torch step's; padding rows and unused slots are untouched."""
+    gen = torch.Generator().manual_seed(9)
+    h, kd, vd, drafts, rows = 2, 16, 16, 3, 4
+    w = random_weights(h, kd, vd, gen)
+    cache = random_cache(6, h, kd, vd, drafts, torch.float32, gen)
+    expected = clone_cache(cache)
+    x = TokenInputs.random((rows, drafts + 1), h, kd, vd, torch.float32, gen)
+    state_indices = torch.tensor([5, -1, 0, 2], dtype=torch.int32)
+    num_accepted = torch.tensor([3, 2, 0, 1], dtype=torch.int32)
+    out = torch.full_like(x.gate, float("nan"))
+    kda_decode_step(*x.as_tuple(), w, cache, state_indices, num_accepted, out=out)
+    ref = spec_decode_step_torch(*x.as_tuple(), w, expected, state_indices, num_accepted,
+                                 out=torch.full_like(x.gate, float("nan")))
+    live = state_indices >= 0
+    assert torch.allclose(out[live], ref[live], rtol=1e-5, atol=1e-5)
+    assert out[~live].isnan().all()  # padding rows are not written
+    for name in ("state", "conv_state", "draft_proj", "draft_beta"):
+        got, want = getattr(cache, name), getattr(expected, name)
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), name
+    for slot in (1, 3, 4):  # not in the batch
+        assert torch.equal(cache.state[slot], expected.state[slot])
+
+
+def test_kernel_num_accepted_int64_and_clamped(interpret: None) -> None:
+    """num_accepted may be int64; values past the draft cache are clamped to it (never read out of bounds)."""
+    gen = torch.Generator().manual_seed(10)
+    h, kd, vd, drafts = 2, 8, 8, 2
+    w = random_weights(h, kd, vd, gen)
+    cache = random_cache(3, h, kd, vd, drafts, torch.float32, gen)
+    expected = clone_cache(cache)
+    x = TokenInputs.random((2, drafts + 1), h, kd, vd, torch.float32, gen)
+    idx = torch.tensor([2, 0], dtype=torch.int64)
+    out = kda_decode_step(*x.as_tuple(), w, cache, idx, torch.tensor([9, -3]))
+    ref = spec_decode_step_torch(*x.as_tuple(), w, expected, idx, torch.tensor([2, 0]))
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(cache.state, expected.state, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------ the host wrapper
+
+
+class RecordingKernel:
+    """Stands in for the compiled kernel: records the launch instead of running it."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((grid, args, kwargs))
+
+
+def meta_step_inputs(b: int, t: int, h: int, kd: int, vd: int, drafts: int):
+    m = dict(device="meta")
+    x = [torch.empty(b, t, h, kd, dtype=torch.bfloat16, **m), torch.empty(b, t, h, kd, dtype=torch.bfloat16, **m),
+         torch.empty(b, t, h, vd, dtype=torch.bfloat16, **m), torch.empty(b, t, h, kd, dtype=torch.bfloat16, **m),
+         torch.empty(b, t, h, dtype=torch.bfloat16, **m), torch.empty(b, t, h, vd, dtype=torch.bfloat16, **m)]
+    c = 2 * h * kd + h * vd
+    w = KDADecodeWeights(torch.empty(c, 1, 4, **m), torch.empty(128, **m), torch.empty(h * kd, **m),
+                         torch.empty(vd, **m))
+    cache = KDADecodeCache.allocate(b + 5, h, kd, vd, drafts, torch.bfloat16, "meta")
+    idx = torch.empty(b, dtype=torch.int32, **m)
+    return x, w, cache, idx, torch.empty(b, dtype=torch.int32, **m)
+
+
+def test_host_wrapper_reads_no_device_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Graph capture needs a launch that never syncs: on 'meta' tensors any read of the data would raise."""
+    fake = RecordingKernel()
+    monkeypatch.setattr(kda_decode, "kda_decode_step_kernel", fake)
+    x, w, cache, idx, acc = meta_step_inputs(b=5, t=8, h=96, kd=128, vd=128, drafts=7)
+    out = kda_decode_step(*x, w, cache, idx, acc)
+    assert out.shape == (5, 8, 96, 128) and out.dtype == torch.bfloat16
+    (grid, args, kwargs), = fake.launches
+    assert grid == (96, 5)
+    assert kwargs == dict(H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, num_warps=8)
+    assert args[-3] == pytest.approx(128 ** -0.5) and args[-2] == -5.0
+
+
+@pytest.mark.parametrize("problem", ["drafts", "state_dtype", "beta_shape", "noncontig", "idx_float"])
+def test_host_wrapper_rejects_bad_inputs(problem: str) -> None:
+    x, w, cache, idx, acc = meta_step_inputs(b=2, t=4, h=2, kd=16, vd=16, drafts=3)
+    if problem == "drafts":
+        cache = KDADecodeCache.allocate(4, 2, 16, 16, 2, torch.bfloat16, "meta")
+    elif problem == "state_dtype":
+        cache.state = cache.state.to(torch.bfloat16)
+    elif problem == "beta_shape":
+        x[4] = x[4][..., None]
+    elif problem == "noncontig":
+        x[0] = x[0].transpose(1, 2).contiguous().transpose(1, 2)
+    elif problem == "idx_float":
+        idx = idx.float()
+    with pytest.raises(ValueError, match="kda_decode_step"):
+        kda_decode_step(*x, w, cache, idx, acc)
+
+
+def test_aot_specializations_build_ir() -> None:
+    """The K3-shape specializations (H = 96, K = V = 128, 0 and 7 drafts) go through the frontend and passes."""
+    for spec in kda_decode.kda_decode_step_kernel.specializations:
+        assert spec.compile(target="ir").metadata is not None
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("batch,heads,drafts", [(256, 12, 7), (64, 96, 3), (64, 96, 7)])
+def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
+                                          drafts: int) -> None:
+    monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
+    rep = simulate_spec_decode(kda_decode_step, num_requests=batch + 8, batch_rows=batch, num_slots=batch + 16,
+                               heads=heads, head_k_dim=128, head_v_dim=128, num_drafts=drafts, steps=20,
+                               dtype=torch.bfloat16, seed=11, device="cuda")
+    assert rep.output_error <= 1e-2 and rep.state_error <= 2e-3 and rep.conv_error == 0, rep
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capture one step, change the accepted counts and slots in place, replay: equals an eager step."""
+    monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
+    gen = torch.Generator().manual_seed(12)
+    h, kd, vd, drafts, rows = 12, 128, 128, 3, 16
+    w = on_device(random_weights(h, kd, vd, gen), "cuda")
+    cache = on_device(random_cache(rows + 4, h, kd, vd, drafts, torch.bfloat16, gen), "cuda")
+    eager_cache = clone_cache(cache)
+    x = [t.cuda() for t in TokenInputs.random((rows, drafts + 1), h, kd, vd, torch.bfloat16, gen).as_tuple()]
+    idx = torch.arange(rows, dtype=torch.int32, device="cuda")
+    acc = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    out = torch.empty(rows, drafts + 1, h, vd, dtype=torch.bfloat16, device="cuda")
+    kda_decode_step(*x, w, clone_cache(cache), idx, acc, out=out)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kda_decode_step(*x, w, cache, idx, acc, out=out)
+    idx.copy_(torch.randperm(rows + 4, generator=gen)[:rows].to(torch.int32))
+    idx[3] = -1
+    acc.copy_(torch.randint(0, drafts + 1, (rows,), generator=gen).to(torch.int32))
+    out.fill_(float("nan"))
+    graph.replay()
+    ref = kda_decode_step(*x, w, eager_cache, idx, acc)
+    live = (idx >= 0).cpu()
+    assert torch.equal(out[live], ref[live])
+    assert torch.equal(cache.state, eager_cache.state)
