@@ -157,7 +157,7 @@ class Table:
     unit: str = "us"
     peer_names: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)  # "floor": what the floor column measures
 
     def add(self, name: str, shape: str, ours: float, peers: dict[str, float | None] | None = None,
             floor: float | None = None) -> Row:
@@ -171,13 +171,15 @@ class Table:
         return row
 
     def format(self) -> str:
+        floor_name = self.notes.get("floor", "floor")
         header = ["name", "shape", f"ours ({self.unit})"] + [f"{p} ({self.unit})" for p in self.peer_names]
-        header += [f"{p}/ours" for p in self.peer_names] + ["floor/ours"]
+        header += [f"{floor_name} ({self.unit})"] + [f"{p}/ours" for p in self.peer_names] + ["floor/ours"]
         lines = [header]
         for r in self.rows:
             ratios = r.ratios
             lines.append([r.name, r.shape, _fmt(r.ours)] + [_fmt(r.peers.get(p)) for p in self.peer_names]
-                         + [_fmt(ratios.get(p), "x") for p in self.peer_names] + [_fmt(r.fraction_of_floor)])
+                         + [_fmt(r.floor)] + [_fmt(ratios.get(p), "x") for p in self.peer_names]
+                         + [_fmt(r.fraction_of_floor)])
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
         text = [f"## {self.title}"]
         for i, line in enumerate(lines):

@@ -35,7 +35,7 @@ def raw_launch(kernel: Any) -> Callable[[], Any]:
     (launcher,) = kernel._variants.values()
     device = torch.cuda.current_device()
     fn, address = launcher.functions[device], launcher.params.address
-    stream = torch.cuda.current_stream().cuda_stream
+    stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
     threads = launcher.threads
     return lambda: cu.cuLaunchKernel(fn, 1, 1, 1, threads, 1, 1, 0, stream, address, 0)
 
@@ -52,7 +52,8 @@ def triton_peers() -> Any:
 def run() -> Table:
     import torch
 
-    table = Table("launch", "Launch overhead (host us per launch; lower is better)", unit="us")
+    table = Table("launch", "Launch overhead (host us per launch; lower is better)", unit="us",
+                  notes={"floor": "raw cuLaunchKernel"})
     x, y, out = (torch.randn(N, device="cuda") for _ in range(3))
     peers = triton_peers()
     cases = [
@@ -66,10 +67,10 @@ def run() -> Table:
         if kernel is add3:
             torch.cuda.synchronize()
             torch.testing.assert_close(out, x + y)  # the kernel we time computes the right thing
-        raw = raw_launch(kernel)
-        peer_times = {"raw cuLaunchKernel": host_time_us(raw)}
+        floor = host_time_us(raw_launch(kernel))
+        peer_times = {}
         if triton_fn is not None:
             triton_fn()
-            peer_times["triton"] = host_time_us(triton_fn)
-        table.add(name, shape, host_time_us(ours), peer_times, floor=peer_times["raw cuLaunchKernel"])
+            peer_times[f"triton {peers.triton.__version__}"] = host_time_us(triton_fn)
+        table.add(name, shape, host_time_us(ours), peer_times, floor=floor)
     return table

@@ -16,11 +16,16 @@ from .harness import RESULTS_DIR, Row, Table, log
 # table name -> module (imported only when listed or run)
 TABLES: dict[str, str] = {
     "launch": "benchmarks.launch_overhead",
+    "flash_kda": "benchmarks.bench_flash_kda",
+    "warp_decode": "benchmarks.bench_warp_decode",
 }
 
 
 def describe(name: str) -> str:
-    doc = importlib.import_module(TABLES[name]).__doc__ or ""
+    try:
+        doc = importlib.import_module(TABLES[name]).__doc__ or ""
+    except Exception as e:  # listing must not die with one broken table
+        return f"(cannot import {TABLES[name]}: {type(e).__name__}: {e})"
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
@@ -46,7 +51,7 @@ def summary(names: list[str]) -> int:
             print(f"## {name}: no results ({path} missing)")
             continue
         data = json.loads(path.read_text())
-        table = Table(data["name"], data["title"], data["unit"], list(data["peers"]))
+        table = Table(data["name"], data["title"], data["unit"], list(data["peers"]), notes=data.get("notes", {}))
         table.rows = [Row(r["name"], r["shape"], r["ours"], r["peers"], r["floor"]) for r in data["rows"]]
         print(table.format())
     return 0

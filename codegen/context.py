@@ -34,6 +34,7 @@ class KernelContext:
         self.prologue: list[str] = []
         self.values: dict[Value, list[str]] = {}
         self.smem_bytes = 0
+        self.smem_limit = SMEM_LIMIT  # read when the context is made, so tests can shrink it
         self.files: dict[str, int] = {}
         self._loc: tuple[int, int, int] | None = None
         self._labels = 0
@@ -207,8 +208,8 @@ class KernelContext:
         return self._pro("smem", "b32", "mov.u32 {d}, smem;")
 
     def need_smem(self, nbytes: int) -> None:
-        if nbytes > SMEM_LIMIT:
-            raise self.error(f"needs {nbytes} bytes of shared memory, more than the {SMEM_LIMIT} available; "
+        if nbytes > self.smem_limit:
+            raise self.error(f"needs {nbytes} bytes of shared memory, more than the {self.smem_limit} available; "
                              f"use smaller blocks")
         self.smem_bytes = max(self.smem_bytes, nbytes)
 

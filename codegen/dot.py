@@ -15,7 +15,7 @@ from __future__ import annotations
 from minitriton.ir import Operation
 from minitriton.ir.layouts import ThreadMap, log2
 
-from .context import SMEM_LIMIT, KernelContext
+from .context import KernelContext
 from .elementwise import upcast
 
 UNROLL = 4
@@ -25,9 +25,9 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
     a_v, b_v, c_v = op.operands
     (m, k), n = a_v.type.shape, b_v.type.shape[1]
     kc = k
-    while (m * (kc + 1) + kc * n) * 4 > SMEM_LIMIT and kc > 1:
+    while (m * (kc + 1) + kc * n) * 4 > ctx.smem_limit and kc > 1:
         kc //= 2
-    if (m * (kc + 1) + kc * n) * 4 > SMEM_LIMIT:
+    if (m * (kc + 1) + kc * n) * 4 > ctx.smem_limit:
         raise ctx.error(f"a {m}x{k} @ {k}x{n} dot does not fit in shared memory; use smaller blocks")
     a_pitch, b_offset = kc + 1, m * (kc + 1) * 4
     ctx.need_smem(b_offset + kc * n * 4)

@@ -16,7 +16,8 @@ Semantics follow ops.py; where PTX rounds differently from the interpreter it is
 - Integers ≤ 32 bits compute in 32-bit registers and are re-normalized (sign / zero extension) after ops that can
   leave the type's range, so they wrap like the type. Shifts: PTX clamps amounts ≥ the register width, which
   gives ops.py's "0 for shl, sign fill for shr". Division by zero gives whatever the hardware gives.
-- i1: add / sub / xor = xor, mul / and / min = and, or / max = or (arithmetic modulo 2 on 0 / 1), not = not.
+- i1: add / sub / xor = xor, mul / and / min = and, or / max = or (arithmetic modulo 2 on 0 / 1), not = not,
+  shifts as on the unsigned 0 / 1 (a shift by 1 gives 0), as the interpreter does.
 """
 from __future__ import annotations
 
@@ -127,12 +128,10 @@ def _bool_binary(ctx: KernelContext, name: str, a: str, b: str) -> str:
         ctx.emit(f"{_BOOL_BINARY[name]}.pred {d}, {a}, {b};")
     elif name == "mt.rem":  # x % 1 == 0
         ctx.emit(f"mov.pred {d}, 0;")
-    elif name == "mt.shl":  # x << 0 == x, x << 1 == 0
+    elif name in ("mt.shl", "mt.shr"):  # 0 / 1 values: x shifted by 0 is x, by 1 (or more) is 0
         nb = ctx.new("pred")
         ctx.emit(f"not.pred {nb}, {b};")
         ctx.emit(f"and.pred {d}, {a}, {nb};")
-    elif name == "mt.shr":  # sign fill of a 1-bit value is the value itself
-        ctx.emit(f"mov.pred {d}, {a};")
     else:
         raise ctx.error(f"{name} on i1 is not supported")
     return d
@@ -161,10 +160,15 @@ def _fmod(ctx: KernelContext, a: str, b: str, t: str) -> str:
     r2 = ctx.new(t)
     ctx.emit(f"selp.{t} {r2}, {fixed}, {r}, {wrong};")
     # fmod(finite a, +-inf) = a (the fma above gives NaN from 0 * inf)
-    babs, binf, r3, out = ctx.new(t), ctx.new("pred"), ctx.new(t), ctx.new(t)
+    inf = float_const(ctx, float("inf"), t)
+    aabs, babs, a_finite, b_inf, keep_a = ctx.new(t), ctx.new(t), ctx.new("pred"), ctx.new("pred"), ctx.new("pred")
+    ctx.emit(f"abs.{t} {aabs}, {a};")
     ctx.emit(f"abs.{t} {babs}, {b};")
-    ctx.emit(f"setp.eq.{t} {binf}, {babs}, {float_const(ctx, float('inf'), t)};")
-    ctx.emit(f"selp.{t} {r3}, {a}, {r2}, {binf};")
+    ctx.emit(f"setp.lt.{t} {a_finite}, {aabs}, {inf};")
+    ctx.emit(f"setp.eq.{t} {b_inf}, {babs}, {inf};")
+    ctx.emit(f"and.pred {keep_a}, {a_finite}, {b_inf};")
+    r3, out = ctx.new(t), ctx.new(t)
+    ctx.emit(f"selp.{t} {r3}, {a}, {r2}, {keep_a};")
     ctx.emit(f"copysign.{t} {out}, {a}, {r3};")  # an exact zero keeps a's sign
     return out
 

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from minitriton.ir import Operation
 from minitriton.ir.layouts import ThreadMap, linear_index, row_major_strides
 
-from .context import SMEM_LIMIT, KernelContext
+from .context import KernelContext
 from .registers import CLASS_BYTES, reg_class
 
 Coord = tuple[int, ...]
@@ -88,7 +88,7 @@ def exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: S
     pred = ctx.owner_pred(src)
     if writer is not None:
         pred = _and(ctx, pred, writer)
-    if numel * size <= SMEM_LIMIT:
+    if numel * size <= ctx.smem_limit:
         ctx.need_smem(numel * size)
         ctx.barrier()
         waddr = ctx.smem_addr(src, src_strides, size)
@@ -105,7 +105,7 @@ def _exchange_in_rounds(ctx: KernelContext, regs: list[str], src: ThreadMap, src
                         dst: ThreadMap, dst_strides: Sequence[int], cls: str, numel: int,
                         pred: str | None) -> list[str]:
     size = elem_bytes_of(cls)
-    chunk = 1 << ((SMEM_LIMIT // size).bit_length() - 1)
+    chunk = 1 << ((ctx.smem_limit // size).bit_length() - 1)
     shift = chunk.bit_length() - 1
     ctx.need_smem(chunk * size)
 

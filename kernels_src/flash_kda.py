@@ -23,6 +23,7 @@ With MINITRITON_INTERPRET=1 the kernels run through the interpreter on CPU tenso
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -38,7 +39,11 @@ NEUMANN_STEPS = 3  # (I+N)(I+N^2)(I+N^4)(I+N^8) = (I-N)^-1 for a 16x16 nilpotent
 L2_EPS = 1e-6
 MIN_SEGMENT = 1024  # auto context parallelism never cuts a sequence into segments shorter than this
 MAX_SPLITS = 32  # fla's cap on the merge-chain depth (precision of the fp32 composition)
+STATE_BLOCK = 64  # state columns per phase-2 program ([K, 64] f32 state tile)
+INTRA_WARPS = 8
+RECURRENCE_WARPS = 8
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
+STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
 POISON_BUFFERS = False  # fill outputs and intermediates with NaN before the kernels run (tests: every read is written)
 
 
@@ -122,7 +127,7 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
         qn = qn + (q,)
         kn = kn + (kk,)
         beta = beta + (b,)
-        vb = vb + ((_load_rows(v_ptr, row_off, valid, V) * b[:, None]).to(mt.bfloat16),)
+        vb = vb + (_load_rows(v_ptr, row_off, valid, V) * b[:, None],)
         gstart = gstart + (carry,)
         gcum = gcum + (mt.cumsum(gate, axis=0) * RCP_LN2 + carry[None, :],)
         carry = carry + mt.sum(gate, axis=0) * RCP_LN2
@@ -134,7 +139,7 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
     q_off = ()  # q 2^(G - G_start): row side of the off-diagonal tiles
     k_off = ()
     k_end = ()  # k 2^(G_end - G) <= 1: column side, rescaled per later sub-chunk by 2^(G_start[s] - G_end[t])
-    k_wy = ()  # beta k 2^G (bf16): the right factor of w
+    k_wy = ()  # beta k 2^G: the right factor of w
     a_diag = ()
     l_diag = ()
     for s in mt.static_range(NS):
@@ -144,7 +149,7 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
         k_off = k_off + (kn[s] * rel,)
         k_end = k_end + (kn[s] * mt.exp2(gstart[s + 1][None, :] - gcum[s]),)
         from_start = mt.exp2(gstart[s])[None, :]
-        k_wy = k_wy + ((kn[s] * rel * from_start * beta[s][:, None]).to(mt.bfloat16),)
+        k_wy = k_wy + (kn[s] * rel * from_start * beta[s][:, None],)
         _store_rows(qg_ptr, row_offs[s], valids[s], qn[s] * rel * from_start * scale, K)
         _store_rows(kg_ptr, row_offs[s], valids[s], k_end[s] * mt.exp2(g_last - gstart[s + 1])[None, :], K)
         col = mt.trans((kn[s] * inv) * diag_down)
@@ -188,10 +193,9 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
         valid = valids[s]
         w = mt.zeros((SUB, K), mt.float32)
         u = mt.zeros((SUB, V), mt.float32)
-        for t in mt.static_range(s + 1):
-            a = ainv[s][t].to(mt.bfloat16)
-            w = mt.dot(a, k_wy[t], w)
-            u = mt.dot(a, vb[t], u)
+        for t in mt.static_range(s + 1):  # tf32, not bf16: these products carry the UT solve into w and u
+            w = mt.dot(ainv[s][t], k_wy[t], w, input_precision="tf32")
+            u = mt.dot(ainv[s][t], vb[t], u, input_precision="tf32")
         _store_rows(w_ptr, row_off, valid, w, K)
         _store_rows(u_ptr, row_off, valid, u, V)
         for t in mt.static_range(NS):
@@ -207,16 +211,22 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
 def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_ptr, h0_ptr, ht_ptr, seg_ptr,
                           H, h0_sn, h0_sh, h0_sk, h0_sv, ht_sn, ht_sh, ht_sk, ht_sv,
                           K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, BV: mt.constexpr,
-                          TRANSITION: mt.constexpr, HAS_H0: mt.constexpr, STORE_HT: mt.constexpr):
+                          TRANSITION: mt.constexpr, HAS_H0: mt.constexpr, STORE_HT: mt.constexpr,
+                          STATE_PRECISION: mt.constexpr):
     """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
+
+    w S and qg S take the state rounded to bf16, Aqk v_new takes v_new in bf16; the state update kg^T v_new runs
+    in STATE_PRECISION ("tf32": f32 v_new, half the tensor-core rate; "bf16": v_new rounded to bf16).
 
     seg_ptr holds int32 rows (token start, token end, first chunk index, final-state slot or -1). Output mode
     writes o and (STORE_HT) the final state into slot `final-state slot` of ht. TRANSITION mode runs the columns
     `col` of the augmented state X = [M | E] ([K, K+V]): X starts as [I | 0], u is taken as 0 on the M columns,
     and X is written to ht slot = segment; no o.
     """
-    vb = mt.program_id(0)
-    ph = mt.program_id(1)
+    NVB = (K + V) // BV if TRANSITION else V // BV
+    pid = mt.program_id(0)  # 1-D grid, column blocks fastest: the blocks of one head run side by side (L2 reuse)
+    vb = pid % NVB
+    ph = pid // NVB
     p = ph // H
     h = ph % H
     start = mt.load(seg_ptr + 4 * p)
@@ -256,7 +266,10 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
             aqk = mt.load(aqk_ptr + row_off[:, None] * BT + rt[None, :], mask=valid[:, None], other=0.0)
             o = mt.dot(aqk, v_lo, mt.dot(qg, state_lo))
             mt.store(o_ptr + row_off[:, None] * V + cols[None, :], o, mask=valid[:, None])
-        state = state * decay[:, None] + mt.dot(kg_t, v_lo)
+        if STATE_PRECISION == "tf32":  # v_new keeps 11 bits instead of 8 in the state it accumulates into
+            state = state * decay[:, None] + mt.dot(kg_t.to(mt.float32), v_new, input_precision="tf32")
+        else:
+            state = state * decay[:, None] + mt.dot(kg_t, v_lo)
     if TRANSITION:
         mt.store(ht_ptr + p.to(mt.int64) * ht_sn + h * ht_sh + rk[:, None] * ht_sk + cols[None, :] * ht_sv, state)
     elif STORE_HT:
@@ -271,8 +284,10 @@ def kda_merge_kernel(maps_ptr, h0_ptr, s_in_ptr, seq_ptr, H, h0_sn, h0_sh, h0_sk
     """One (column block, sequence, head): the incoming state of each of the sequence's segments,
     S_0 = h0, S_{j+1} = M_j S_j + E_j, composed in f32. seq_ptr rows: (first segment, segments, first map).
     maps are [maps, H, K, K+V] f32 ([M | E]); s_in is [segments, H, K, V] f32."""
-    vb = mt.program_id(0)
-    nh = mt.program_id(1)
+    NVB = V // BV
+    pid = mt.program_id(0)
+    vb = pid % NVB
+    nh = pid // NVB
     n = nh // H
     h = nh % H
     first = mt.load(seq_ptr + 3 * n)
@@ -309,14 +324,26 @@ class Plan:
     def split(self) -> bool:
         return any(len(s) > 1 for s in self.segments)
 
+    def segment_rows(self, n: int, final_slot: int) -> list[tuple[int, int, int, int]]:
+        """Phase-2 table rows (start, end, first chunk, final-state slot) of sequence n's segments; only the last
+        segment stores a final state (into slot `final_slot`), the others have -1."""
+        seq_start = self.sequences[n][0]
+        segs = self.segments[n]
+        return [(s, e, self.first_chunk[n] + (s - seq_start) // CHUNK, final_slot if j == len(segs) - 1 else -1)
+                for j, (s, e) in enumerate(segs)]
 
-def plan_chunks(sequences: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[int]]:
-    """The 64-token chunks of every sequence (the last may be partial) and each sequence's first chunk index."""
-    chunks, first = [], []
+
+def plan(sequences: list[tuple[int, int]], seg_len: int | None) -> Plan:
+    """Chunks of every sequence (the last may be partial) and, with seg_len, its segments of seg_len tokens."""
+    chunks, first, segments = [], [], []
     for start, end in sequences:
         first.append(len(chunks))
         chunks += [(c, min(c + CHUNK, end)) for c in range(start, end, CHUNK)]
-    return chunks, first
+        if seg_len is None or end - start <= seg_len:
+            segments.append([(start, end)])
+        else:
+            segments.append([(s, min(s + seg_len, end)) for s in range(start, end, seg_len)])
+    return Plan(list(sequences), chunks, first, segments)
 
 
 def segment_length(lengths: list[int], programs: int, num_sms: int, force: bool | None,
@@ -324,8 +351,9 @@ def segment_length(lengths: list[int], programs: int, num_sms: int, force: bool 
     """The context-parallel segment length in tokens, or None for no split.
 
     Automatic (force None): split only when the recurrence's programs (sequences x heads x column blocks) leave
-    the SMs idle: splits = SMs // programs (at most MAX_SPLITS) must be >= 3 and the segments >= MIN_SEGMENT
-    tokens. force=True splits into at least 2 (segment_len, a multiple of 64, overrides the length)."""
+    the SMs idle: splits = SMs // programs (at most MAX_SPLITS) must be >= 3 and the longest sequence >= 3
+    MIN_SEGMENT tokens; segments are >= MIN_SEGMENT. force=True splits the longest sequence in at least 2;
+    segment_len (a multiple of 64) overrides the length whenever splitting is not forced off."""
     if force is False or not lengths:
         return None
     if segment_len is not None:
@@ -341,15 +369,38 @@ def segment_length(lengths: list[int], programs: int, num_sms: int, force: bool 
     return max(CHUNK, CHUNK * math.ceil(longest / max(splits, 2) / CHUNK))
 
 
-def plan(sequences: list[tuple[int, int]], seg_len: int | None) -> Plan:
-    chunks, first = plan_chunks(sequences)
-    segments = []
-    for start, end in sequences:
-        if seg_len is None or end - start <= seg_len:
-            segments.append([(start, end)])
-        else:
-            segments.append([(s, min(s + seg_len, end)) for s in range(start, end, seg_len)])
-    return Plan(sequences, chunks, first, segments)
+@dataclass
+class Tables:
+    """The int32 tables the kernels read, built once per (sequence bounds, segment length, device)."""
+
+    plan: Plan
+    chunks: torch.Tensor  # [chunks, 2]: token start, end
+    segments: torch.Tensor  # [segments, 4]: phase-2 rows over every segment (final slot = sequence, last only)
+    maps: torch.Tensor  # [maps, 4]: the segments whose transition maps are needed (all but each sequence's last)
+    sequences: torch.Tensor  # [sequences, 3]: first segment, number of segments, first map
+
+
+@functools.lru_cache(maxsize=64)
+def launch_tables(sequences: tuple[tuple[int, int], ...], seg_len: int | None, device: str) -> Tables:
+    p = plan(list(sequences), seg_len)
+    segments, maps, seqs = [], [], []
+    for n in range(len(p.sequences)):
+        rows = p.segment_rows(n, final_slot=n)
+        seqs.append((len(segments), len(rows), len(maps)))
+        segments += rows
+        maps += [(s, e, c, -1) for s, e, c, _ in rows[:-1]]  # the last segment's map is never needed
+    dev = torch.device(device)
+    return Tables(p, _table(p.chunks, 2, dev), _table(segments, 4, dev), _table(maps, 4, dev), _table(seqs, 3, dev))
+
+
+def _table(rows: list[tuple[int, ...]], width: int, device: torch.device) -> torch.Tensor:
+    t = torch.tensor(rows, dtype=torch.int32) if rows else torch.zeros((0, width), dtype=torch.int32)
+    return t.reshape(-1, width).contiguous().to(device)
+
+
+def _launch(kernel, grid: tuple[int, ...], args: tuple, **constexprs) -> None:
+    """Every launch goes through here (one seam: tests record the launches to replay them elsewhere)."""
+    kernel[grid](*args, **constexprs)
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -358,16 +409,12 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def _table(rows: list[tuple[int, ...]], width: int, device: torch.device) -> torch.Tensor:
-    t = torch.tensor(rows, dtype=torch.int32) if rows else torch.zeros((0, width), dtype=torch.int32)
-    return t.reshape(-1, width).contiguous().to(device)
-
-
 def _pow2(x: int) -> bool:
     return x >= 1 and x & (x - 1) == 0
 
 
-def _check_inputs(q, k, v, g, beta, A_log, dt_bias, lower_bound, initial_state, cu_seqlens, state_v_first):
+def _check_inputs(q, k, v, g, beta, A_log, dt_bias, lower_bound, initial_state, cu, state_v_first) -> None:
+    """ValueError naming the problem; `cu` is cu_seqlens as a Python list (or None)."""
     if q.dim() != 4 or k.shape != q.shape or g.shape != q.shape:
         raise ValueError(f"q, k and g must share one shape [B, T, H, K]; got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, g {tuple(g.shape)}")
@@ -390,14 +437,12 @@ def _check_inputs(q, k, v, g, beta, A_log, dt_bias, lower_bound, initial_state, 
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise ValueError(f"{name} must be bf16, f16 or f32, got {x.dtype}")
-    if cu_seqlens is not None:
+    if cu is not None:
         if B != 1:
             raise ValueError(f"with cu_seqlens the batch size must be 1 (packed sequences), got B = {B}")
-        cu = cu_seqlens.tolist()
-        if cu_seqlens.dim() != 1 or len(cu) < 2 or cu[0] != 0 or cu[-1] != T or \
-                any(b < a for a, b in zip(cu, cu[1:])):
+        if len(cu) < 2 or cu[0] != 0 or cu[-1] != T or any(b < a for a, b in zip(cu, cu[1:])):
             raise ValueError(f"cu_seqlens must be a non-decreasing 1-D tensor from 0 to T = {T}, got {cu}")
-    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+    N = B if cu is None else len(cu) - 1
     if initial_state is not None:
         want = (N, H, V, K) if state_v_first else (N, H, K, V)
         if tuple(initial_state.shape) != want:
@@ -410,6 +455,7 @@ def _check_inputs(q, k, v, g, beta, A_log, dt_bias, lower_bound, initial_state, 
                          "kernels through the interpreter")
 
 
+@functools.lru_cache(maxsize=16)
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -431,111 +477,97 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
     """KDA prefill with fla `chunk_kda` semantics (L2 norm, gate, beta sigmoid in kernel; safe floored gate).
 
     q, k [B,T,H,K], v [B,T,H,V] (bf16; f16/f32 also accepted), g the raw gate input [B,T,H,K], beta raw logits
-    [B,T,H], A_log [H] f32, dt_bias [H*K] f32. States are f32 [N,H,K,V] ([N,H,V,K] with state_v_first); N = B, or
-    len(cu_seqlens) - 1 for packed varlen input (B == 1). K and V: powers of two in [16, 256].
-    context_parallel: None decides from the shapes, True / False force segment splitting on or off;
+    [B,T,H], A_log [H] f32, dt_bias [H*K] f32 (None: no bias / exp(A_log) = 1). States are f32 [N,H,K,V]
+    ([N,H,V,K] with state_v_first); N = B, or len(cu_seqlens) - 1 for packed varlen input (B == 1; cu_seqlens is
+    read on the host). K and V: powers of two in [16, 256]; any T.
+    context_parallel: None decides from the shapes, True / False force segment splitting on / off;
     cp_segment_len (a multiple of 64) fixes the segment length when splitting.
     Returns (o [B,T,H,V] in q.dtype, final state f32 or None).
     """
-    _check_inputs(q, k, v, g, beta, A_log, dt_bias, lower_bound, initial_state, cu_seqlens, state_v_first)
+    cu = None if cu_seqlens is None else [int(x) for x in cu_seqlens.reshape(-1).tolist()]
+    _check_inputs(q, k, v, g, beta, A_log, dt_bias, lower_bound, initial_state, cu, state_v_first)
     B, T, H, K = q.shape
     V = v.shape[-1]
     dev = q.device
     scale = K ** -0.5 if scale is None else float(scale)
-    bounds = [(b * T, b * T + T) for b in range(B)] if cu_seqlens is None else \
-        list(zip(cu_seqlens.tolist()[:-1], cu_seqlens.tolist()[1:]))
+    bounds = tuple((b * T, b * T + T) for b in range(B)) if cu is None else tuple(zip(cu[:-1], cu[1:]))
     N = len(bounds)
-    bv = min(V, 64)
+    bv = min(V, STATE_BLOCK)
     seg_len = segment_length([e - s for s, e in bounds], N * H * (V // bv), _num_sms(dev), context_parallel,
                              cp_segment_len)
-    p = plan(bounds, seg_len)
+    tables = launch_tables(bounds, seg_len, str(dev))
 
-    factors = _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, p)
+    factors = _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables)
     o = _empty((B * T, H, V), q.dtype, dev)
     final = None
     if output_final_state:
         final = _empty((N, H, V, K) if state_v_first else (N, H, K, V), torch.float32, dev)
     h0 = initial_state.contiguous() if initial_state is not None else None
     h0_v_first = state_v_first
-    if p.split:  # every segment starts from its true incoming state; the last one of a sequence ends it
-        h0, h0_v_first = _merge_segment_states(factors, p, h0, state_v_first, H, K, V, dev), False
-    rows = [row for n in range(N) for row in _segment_rows(p, n, final_slot=n)]
-    _recurrence(factors, o, h0, h0_v_first, final, state_v_first, _table(rows, 4, dev), H, K, V, bv,
-                transition=False)
+    if tables.plan.split:  # every segment starts from its true incoming state; the last one ends the sequence
+        h0, h0_v_first = _segment_states(factors, tables, h0, state_v_first, H, K, V), False
+    _recurrence(factors, o, h0, h0_v_first, final, state_v_first, tables.segments, H, K, V, bv, transition=False)
     return o.reshape(B, T, H, V), final
 
 
-def _segment_rows(p: Plan, n: int, final_slot: int) -> list[tuple[int, int, int, int]]:
-    """Phase-2 table rows (start, end, first chunk, final-state slot) of sequence n's segments; only the last
-    segment stores a final state (slot `final_slot`), the others -1."""
-    seq_start = p.sequences[n][0]
-    segs = p.segments[n]
-    return [(s, e, p.first_chunk[n] + (s - seq_start) // CHUNK, final_slot if j == len(segs) - 1 else -1)
-            for j, (s, e) in enumerate(segs)]
-
-
-def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, p: Plan) -> dict[str, torch.Tensor]:
+def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: Tables) -> dict[str, torch.Tensor]:
     """Phase 1 over every chunk: the bf16 intermediates of the recurrence."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     dev = q.device
-    tokens = B * T
+    tokens, n_chunks = B * T, tables.chunks.shape[0]
     out = {
         "w": _empty((tokens, H, K), torch.bfloat16, dev), "u": _empty((tokens, H, V), torch.bfloat16, dev),
         "kg": _empty((tokens, H, K), torch.bfloat16, dev), "qg": _empty((tokens, H, K), torch.bfloat16, dev),
         "aqk": _empty((tokens, H, CHUNK), torch.bfloat16, dev),
-        "decay": _empty((len(p.chunks), H, K), torch.float32, dev),
+        "decay": _empty((max(n_chunks, 1), H, K), torch.float32, dev),
     }
-    if not p.chunks:
+    if n_chunks == 0:
         return out
     a_log = torch.zeros(H, device=dev) if A_log is None else A_log.reshape(H).float().contiguous()
     bias = torch.zeros(H * K, device=dev) if dt_bias is None else dt_bias.reshape(H * K).float().contiguous()
     shift = round(SUB * abs(lower_bound) / 2 * RCP_LN2)  # half the worst 16-row decay span, in log2 units
-    kda_intra_chunk_kernel[(len(p.chunks), H)](
+    _launch(kda_intra_chunk_kernel, (n_chunks, H), (
         q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(), a_log, bias,
-        _table(p.chunks, 2, dev), out["w"], out["u"], out["kg"], out["qg"], out["aqk"], out["decay"],
-        H, scale, float(lower_bound), float(2.0 ** shift), float(2.0 ** -shift),
-        K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=8)
+        tables.chunks, out["w"], out["u"], out["kg"], out["qg"], out["aqk"], out["decay"],
+        H, scale, float(lower_bound), float(2.0 ** shift), float(2.0 ** -shift)),
+        K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS)
     return out
 
 
 def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Tensor | None, h0_v_first: bool,
                 ht: torch.Tensor | None, ht_v_first: bool, segments: torch.Tensor, H: int, K: int, V: int, bv: int,
                 transition: bool) -> None:
-    """Phase 2 over the rows of `segments` (start, end, first chunk, final-state slot)."""
+    """Phase 2 over the rows of `segments` (start, end, first chunk, final-state slot). Unused pointer arguments
+    get a harmless tensor (never read: the constexpr flags remove those accesses)."""
     if segments.shape[0] == 0:
         return
-    dummy = f["decay"] if f["decay"].numel() else torch.zeros(1, device=segments.device)
+    spare = f["decay"]
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)
     width = K + V if transition else V
-    kda_recurrence_kernel[(width // bv, segments.shape[0] * H)](
-        f["w"], f["u"], f["kg"], f["qg"], f["aqk"], dummy, o if o is not None else f["u"],
-        h0 if h0 is not None else dummy, ht if ht is not None else dummy, segments,
-        H, *h0_strides, *ht_strides, K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
-        STORE_HT=ht is not None, num_warps=4)
+    _launch(kda_recurrence_kernel, (width // bv * segments.shape[0] * H,), (
+        f["w"], f["u"], f["kg"], f["qg"], f["aqk"], f["decay"], o if o is not None else f["u"],
+        h0 if h0 is not None else spare, ht if ht is not None else spare, segments,
+        H, *h0_strides, *ht_strides), K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
+        STORE_HT=ht is not None, STATE_PRECISION=STATE_PRECISION, num_warps=RECURRENCE_WARPS)
 
 
-def _merge_segment_states(f: dict[str, torch.Tensor], p: Plan, h0: torch.Tensor | None, h0_v_first: bool,
-                          H: int, K: int, V: int, dev: torch.device) -> torch.Tensor:
-    """Context parallelism: every segment's true incoming state, [segments, H, K, V] f32 (K-first)."""
-    maps_rows, seq_rows, n_segments = [], [], 0
-    for n, segs in enumerate(p.segments):
-        seq_rows.append((n_segments, len(segs), len(maps_rows)))
-        maps_rows += _segment_rows(p, n, final_slot=-1)[:-1]  # the last segment's map is never needed
-        n_segments += len(segs)
-    bx = min(K, V, 64)
-    maps = _empty((len(maps_rows), H, K, K + V), torch.float32, dev)
-    if maps_rows:
-        _recurrence(f, None, None, False, maps, False, _table(maps_rows, 4, dev), H, K, V, bx, transition=True)
-    s_in = _empty((n_segments, H, K, V), torch.float32, dev)
-    bv = min(V, 64)
+def _segment_states(f: dict[str, torch.Tensor], tables: Tables, h0: torch.Tensor | None, h0_v_first: bool,
+                    H: int, K: int, V: int) -> torch.Tensor:
+    """Context parallelism: the maps [M | E] of every segment but each sequence's last (in parallel), then their
+    composition into every segment's true incoming state, [segments, H, K, V] f32 (K-first)."""
+    dev = tables.segments.device
+    maps = _empty((max(tables.maps.shape[0], 1), H, K, K + V), torch.float32, dev)
+    _recurrence(f, None, None, False, maps, False, tables.maps, H, K, V, min(K, V, STATE_BLOCK), transition=True)
+    s_in = _empty((tables.segments.shape[0], H, K, V), torch.float32, dev)
+    bv = min(V, STATE_BLOCK)
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
-    kda_merge_kernel[(V // bv, len(p.segments) * H)](
-        maps if maps.numel() else s_in, h0 if h0 is not None else s_in, s_in, _table(seq_rows, 3, dev), H,
-        *h0_strides, K=K, V=V, BV=bv, HAS_H0=h0 is not None, num_warps=4)
+    _launch(kda_merge_kernel, (V // bv * tables.sequences.shape[0] * H,), (
+        maps, h0 if h0 is not None else s_in, s_in, tables.sequences, H, *h0_strides),
+        K=K, V=V, BV=bv, HAS_H0=h0 is not None, num_warps=RECURRENCE_WARPS)
     return s_in
 
 
 __all__ = ["chunk_kda", "kda_intra_chunk_kernel", "kda_recurrence_kernel", "kda_merge_kernel", "segment_length",
-           "plan", "Plan", "CHUNK"]
+           "plan", "Plan", "launch_tables", "CHUNK"]

@@ -21,6 +21,11 @@ Per (request, head) the program
   4. writes S and the conv window back once, right after the bonus token (the last certain token);
   5. stores the k new drafts' raw projections into the draft cache for the next step's replay.
 
+Contract: a slot appears in at most one row per step; after prefill (state and conv window = after the prompt) the
+first step passes num_accepted = 0; every row carries the same k (rows with fewer real drafts pad them and never
+accept the padding). The output-gate input of drafts is not cached: replayed tokens produce no outputs. No GVA
+(value heads = q/k heads, as in Kimi K3).
+
 Layouts (all contiguous; C = 2*H*K + H*V conv channels, ordered q | k | v as vLLM's fused qkv projection):
   inputs   q, k, f [B, T, H, K]; v, gate [B, T, H, V]; beta [B, T, H] (logits)   activation dtype (bf16 / fp32)
   output   o [B, T, H, V]                                                         q.dtype
@@ -60,7 +65,7 @@ def _short_conv_silu(c0, c1, c2, x, w0, w1, w2, w3):
 
 @mt.func
 def _l2_normalize(x):
-    return x * mt.rsqrt(mt.sum(x * x, axis=0) + 1e-6)
+    return x * mt.rsqrt(mt.sum(x * x, axis=0) + QK_NORM_EPS)
 
 
 @mt.func

@@ -134,10 +134,12 @@ def e2m1_to_f32(q):
 
     The nibble's E E M bits land on f32 bits 24..22 (exponent low bits, mantissa top bit) and its sign on bit 31:
     that f32 is value * 2**-126 (codes 0 and 1, i.e. 0 and 0.5, as subnormals), so one multiply by 2**126 makes it
-    exact. Needs denormal support (no .ftz)."""
+    exact. Needs denormal support (no .ftz). The placement is one multiply: nibble * (2**22 + 2**28) writes the
+    nibble at bits 22..25 and again at 28..31 (no overlap, so no carries), and the mask 0x81C00000 keeps E E M from
+    the first copy and the sign from the second (and + IMAD + and in SASS, versus two shifts and an or)."""
     b = q.to(mt.uint32)
-    lo = (((b & 0x07) << 22) | ((b & 0x08) << 28)).to(mt.float32, bitcast=True)
-    hi = (((b & 0x70) << 18) | ((b & 0x80) << 24)).to(mt.float32, bitcast=True)
+    lo = (((b & 0x0F) * 0x10400000) & 0x81C00000).to(mt.float32, bitcast=True)
+    hi = (((b & 0xF0) * 0x01040000) & 0x81C00000).to(mt.float32, bitcast=True)
     return lo * 8.507059173023462e37, hi * 8.507059173023462e37  # 2**126
 
 
@@ -226,8 +228,9 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_row, v_live, K, row_blocks,
                 v_at = v_ptr + v_row_s[:, None, None] + k_lo[None, :, :]
                 v_lo = mt.load(v_at, mask=v_live_s[:, None, None] & (k_lo < K)[None, :, :], other=0)
                 v_hi = mt.load(v_at + 16, mask=v_live_s[:, None, None] & (k_lo + 16 < K)[None, :, :], other=0)
-                part = mt.sum(w_lo * v_lo.to(mt.float32)[None, :, :, :] + w_hi * v_hi.to(mt.float32)[None, :, :, :],
-                              axis=3)
+                x_lo = v_lo.to(mt.float32)[None, :, :, :]
+                x_hi = v_hi.to(mt.float32)[None, :, :, :]
+                part = mt.sum(mt.fma(w_hi, x_hi, w_lo * x_lo), axis=3)
                 part = mt.sum(part * scale, axis=2)  # the block scale once per 32 weights
                 acc += mt.where(pick[None, :, :], part[:, :, None], 0.0)
     if USE_DOT:
@@ -546,20 +549,20 @@ def reference(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tenso
 
     w13 = (blocks [E, 2I, D/2], scales [E, 2I, D/32]), w2 = (blocks [E, D, I/2], scales [E, D, I/32]) in the
     natural (un-prepared) layout. Returns out float64 [B, D], and with return_intermediate also h float64
-    [B * k, I] (the fp32 intermediate of gate_up, exactly)."""
+    [B * k, I] (what gate_up computes in fp32). Each distinct expert is dequantized once, on the tensors' device."""
     B, D = x.shape
     k = topk_ids.shape[1]
+    I = w13[0].shape[1] // 2
+    ids = topk_ids.reshape(-1).long()
+    token = torch.arange(B * k, device=x.device) // k
     xd = x.double()
-    outs, hs = [], []
-    for b in range(B):
-        acc = torch.zeros(D, dtype=torch.float64)
-        for j in range(k):
-            e = int(topk_ids[b, j])
-            g_u = mxfp4.dequantize(w13[0][e], w13[1][e], D) @ xd[b]
-            I = g_u.shape[0] // 2
-            h = torch.nn.functional.silu(g_u[:I]) * g_u[I:]
-            hs.append(h)
-            acc += float(topk_weights[b, j]) * (mxfp4.dequantize(w2[0][e], w2[1][e], I) @ h)
-        outs.append(acc)
-    out = torch.stack(outs)
-    return (out, torch.stack(hs)) if return_intermediate else out
+    h = torch.empty((B * k, I), dtype=torch.float64, device=x.device)
+    out = torch.zeros((B, D), dtype=torch.float64, device=x.device)
+    weights = topk_weights.reshape(-1).double()
+    for e in ids.unique().tolist():
+        pairs = (ids == e).nonzero().reshape(-1)
+        gate_up = xd[token[pairs]] @ mxfp4.dequantize(w13[0][e], w13[1][e], D).T
+        h[pairs] = torch.nn.functional.silu(gate_up[:, :I]) * gate_up[:, I:]
+        down = h[pairs] @ mxfp4.dequantize(w2[0][e], w2[1][e], I).T
+        out.index_add_(0, token[pairs], weights[pairs, None] * down)
+    return (out, h) if return_intermediate else out

@@ -132,9 +132,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for name, spec in output_names(specs):
         compiled = spec.compile(target=target, keep_ir=args.emit in ("ir", "all"))
         written = write_outputs(out, name, spec, compiled, args.emit)
-        summary = compiled.report() if compiled.metadata.get("registers") is not None else f"{name}:"
-        print(f"{summary}  [{', '.join(written)}]")
+        print(f"{name}: {resources(compiled.metadata)} -> {out / name}.{{{','.join(written)}}}")
     return 0
+
+
+def resources(meta: dict[str, Any]) -> str:
+    """registers, shared memory and spills as ptxas reported them (one line)."""
+    head = f"entry {meta['name']}, num_warps={meta['num_warps']}"
+    if meta.get("registers") is None:
+        return head + " (ptxas not run: no register report)"
+    return (f"{head}, {meta['registers']} registers, {meta['shared']} B shared memory, "
+            f"{meta['spill_stores']} B spill stores, {meta['spill_loads']} B spill loads")
 
 
 def split_target(target: str) -> tuple[Path, str | None]:
@@ -247,7 +255,8 @@ def output_names(specs: list) -> list[tuple[str, Any]]:
 
 
 def write_outputs(out: Path, name: str, spec: Any, compiled: Any, emit: str) -> list[str]:
-    written = []
+    """Write the files `emit` asks for; returns their suffixes."""
+    written: list[str] = []
 
     def write(suffix: str, data: str | bytes) -> None:
         path = out / f"{name}{suffix}"
@@ -255,7 +264,7 @@ def write_outputs(out: Path, name: str, spec: Any, compiled: Any, emit: str) -> 
             path.write_bytes(data)
         else:
             path.write_text(data)
-        written.append(str(path))
+        written.append(suffix.lstrip("."))
 
     if emit in ("ir", "all"):
         stages = list(compiled.ir.items())

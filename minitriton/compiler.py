@@ -15,12 +15,8 @@ import hashlib
 import importlib.util
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from minitriton.errors import CompilationError
@@ -32,10 +28,6 @@ INTERPRET_PIPELINE: list[str] = ["canonicalize"]
 
 ARCH = "sm_90a"
 TARGETS = ("ir", "ptx", "cubin")
-
-
-class PtxasError(CompilationError):
-    """ptxas rejected the PTX or reported a condition we treat as an error (e.g. C7508: setmaxnreg ignored)."""
 
 
 @dataclass
@@ -94,8 +86,8 @@ def compile_kernel(fn: Callable, arg_types: dict[str, Any], constexprs: dict[str
     meta["params"] = param_layout(func, ptx, name)
     cubin = None
     if target == "cubin" and ptxas_path() is not None:
-        cubin, log = run_ptxas(ptx, name)
-        meta.update(parse_ptxas_report(log))
+        cubin, report = ptxas_metadata(ptx)
+        meta.update(report)
     return CompiledKernel(name, ptx, cubin, meta, stages)
 
 
@@ -197,54 +189,20 @@ def func_params(func: Any) -> list[dict[str, Any]]:
 
 
 def ptxas_path() -> str | None:
-    return shutil.which("ptxas")
+    """Where ptxas is (None when it is not on PATH: the driver then JIT-compiles the PTX at load time)."""
+    from minitriton.codegen.ptxas import ptxas_path as find
+
+    return find()
 
 
-def run_ptxas(ptx: str, name: str = "kernel") -> tuple[bytes, str]:
-    """Assemble PTX for sm_90a; returns (cubin, ptxas -v log). PtxasError when ptxas fails or warns C7508.
+def ptxas_metadata(ptx: str) -> tuple[bytes, dict[str, Any]]:
+    """Assemble with codegen's run_ptxas (`ptxas -arch=sm_90a -v -lineinfo`; PtxasError on failure or C7508);
+    returns the cubin and its report as metadata fields."""
+    from minitriton.codegen import run_ptxas
 
-    Uses codegen's run_ptxas when codegen provides one (one place that knows how to call ptxas).
-    """
-    codegen_ptxas = _codegen_run_ptxas()
-    if codegen_ptxas is not None:
-        return codegen_ptxas(ptx)
-    with tempfile.TemporaryDirectory(prefix="minitriton-ptxas-") as tmp:
-        src, out = Path(tmp) / f"{name}.ptx", Path(tmp) / f"{name}.cubin"
-        src.write_text(ptx)
-        cmd = [ptxas_path() or "ptxas", f"-arch={ARCH}", "-v", "-lineinfo", "-o", str(out), str(src)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        log = (proc.stdout + proc.stderr).replace(str(src), f"{name}.ptx")
-        if proc.returncode != 0:
-            raise PtxasError(f"ptxas rejected the PTX of kernel '{name}':\n{log.strip()}")
-        if "C7508" in log:
-            raise PtxasError(f"ptxas ignored setmaxnreg in kernel '{name}' (warning C7508: the kernel needs "
-                             f".maxntid and .minnctapersm 1):\n{log.strip()}")
-        return out.read_bytes(), log
-
-
-def _codegen_run_ptxas() -> Callable[[str], tuple[bytes, str]] | None:
-    try:
-        import minitriton.codegen as codegen
-    except ImportError:
-        return None
-    return getattr(codegen, "run_ptxas", None)
-
-
-def parse_ptxas_report(log: str) -> dict[str, Any]:
-    """registers, shared (static bytes), spill_stores, spill_loads, stack from a `ptxas -v` log."""
-
-    def number(pattern: str) -> int:
-        m = re.search(pattern, log)
-        return int(m.group(1)) if m else 0
-
-    return {
-        "registers": number(r"Used (\d+) registers"),
-        "shared": number(r"(\d+) bytes smem"),
-        "spill_stores": number(r"(\d+) bytes spill stores"),
-        "spill_loads": number(r"(\d+) bytes spill loads"),
-        "stack": number(r"(\d+) bytes stack frame"),
-        "ptxas_log": log.strip(),
-    }
+    report = run_ptxas(ptx, ARCH)
+    return report.cubin, {"registers": report.registers, "shared": report.smem, "spill_stores": report.spill_stores,
+                          "spill_loads": report.spill_loads, "stack": report.stack, "ptxas_log": report.log.strip()}
 
 
 # ----------------------------------------------------------------------------------- compiler version

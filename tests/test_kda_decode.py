@@ -5,13 +5,15 @@ the host wrapper's graph-safety (it never reads device data). GPU tests at the e
 kernel at the benchmark shapes and under CUDA-graph capture."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 from minitriton.kernels import kda_decode
 from minitriton.kernels.kda_decode import KDADecodeCache, KDADecodeWeights, kda_decode_step
-from minitriton.kernels.kda_reference import (TokenInputs, decode_reference, random_weights, reference_token_step,
-                                              simulate_spec_decode, spec_decode_step_torch)
+from minitriton.kernels.kda_reference import (TokenInputs, decode_reference, random_weights, simulate_spec_decode,
+                                              spec_decode_step_torch)
 
 SMALL = dict(num_requests=4, batch_rows=3, num_slots=6, heads=2)
 
@@ -62,7 +64,8 @@ def paper_form_step(x: TokenInputs, state: torch.Tensor, conv: torch.Tensor, w: 
         s_kf = (torch.eye(kd, dtype=torch.float64) - b * torch.outer(k, k)) @ torch.diag(g.exp()) @ s_kf \
             + b * torch.outer(k, vc[head])
         o = s_kf.T @ q
-        o = o / (o.square().mean() + w.norm_eps).sqrt() * w.o_norm_weight.double() * torch.sigmoid(x.gate[head].double())
+        o = o / (o.square().mean() + w.norm_eps).sqrt()
+        o = o * w.o_norm_weight.double() * torch.sigmoid(x.gate[head].double())
         o_all.append(o)
         s_all.append(s_kf.T)
     return torch.stack(o_all), torch.stack(s_all), torch.cat([conv[1:].double(), raw[None]])
@@ -261,6 +264,22 @@ def test_aot_specializations_build_ir() -> None:
         assert spec.compile(target="ir").metadata is not None
 
 
+def test_benchmark_module_imports_and_runs_our_step_on_cpu(interpret: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/bench_kda_decode.py imports without fla or a GPU, and its closure for our step runs."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_kda_decode.py"
+    spec = importlib.util.spec_from_file_location("bench_kda_decode", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    p = bench.make_problem(2, 2, 3, head_dim=16, device="cpu")
+    p.out.fill_(float("nan"))
+    bench.ours(p, accepted=3)()
+    assert p.out.isfinite().all() and p.state_bytes == 2 * 2 * 2 * 16 * 16 * 4
+
+
 # ------------------------------------------------------------------------------------------------ GPU
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -302,6 +321,6 @@ def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.Monke
     out.fill_(float("nan"))
     graph.replay()
     ref = kda_decode_step(*x, w, eager_cache, idx, acc)
-    live = (idx >= 0).cpu()
+    live = idx >= 0
     assert torch.equal(out[live], ref[live])
     assert torch.equal(cache.state, eager_cache.state)

@@ -1,5 +1,6 @@
-"""The runtime: `@mt.kernel` (jit.py), specialization keys (specialize.py), the on-disk cache (cache.py), the CUDA
-driver wrapper (driver.py) and the launcher with its preallocated parameter buffers (launcher.py)."""
+"""The runtime: `@mt.kernel` (jit.py), specialization keys (specialize.py), source fingerprints (fingerprint.py),
+the on-disk cache (cache.py), the CUDA driver wrapper (driver.py) and the launcher with its preallocated parameter
+buffers (launcher.py)."""
 from .cache import DiskCache, cache_dir
 from .driver import CudaError, get_driver, set_driver
 from .jit import AotSpec, Kernel, kernel

@@ -34,12 +34,12 @@ def cache_dir() -> Path:
 
 def digest(parts: Iterable[str]) -> str:
     """sha256 over the parts (each length-prefixed, so no two different lists hash alike)."""
-    digest = hashlib.sha256()
+    hasher = hashlib.sha256()
     for part in parts:
         data = part.encode()
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()
+        hasher.update(len(data).to_bytes(8, "little"))
+        hasher.update(data)
+    return hasher.hexdigest()
 
 
 @functools.lru_cache(maxsize=None)

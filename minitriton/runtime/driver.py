@@ -40,10 +40,18 @@ class CudaDriver:
         self.current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
         # The raw-stream getter Triton uses: far cheaper than torch.cuda.current_stream().cuda_stream.
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        self.current_stream = raw if raw is not None else (
-            lambda device: torch.cuda.current_stream(device).cuda_stream)
+        self._raw_stream = raw if raw is not None else (lambda device: torch.cuda.current_stream(device).cuda_stream)
+        self._streams: dict[int, Any] = {}  # raw handle -> CUstream, so launches do not build one per call
         self._modules: list[Any] = []  # keeps every loaded module alive as long as the driver
         self._check(cu.cuInit(0), "cuInit")
+
+    def current_stream(self, device: int) -> Any:
+        """torch's current stream on `device` as a CUstream (cached per handle)."""
+        raw = self._raw_stream(device)
+        stream = self._streams.get(raw)
+        if stream is None:
+            stream = self._streams[raw] = self.cu.CUstream(raw)
+        return stream
 
     def _check(self, result: tuple, what: str) -> Any:
         err, *rest = result

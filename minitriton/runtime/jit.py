@@ -13,7 +13,6 @@ interpreter. `kernel.specialize(signature=..., **constexprs)` declares ahead-of-
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import numbers
 import operator
@@ -28,6 +27,7 @@ from minitriton import compiler  # light: the frontend, passes and codegen load 
 from . import driver as _driver
 from .cache import DiskCache, compiler_version, digest
 from .launcher import Launcher
+from .fingerprint import source_fingerprint
 from .specialize import (ArgSpec, SignatureError, int_code, parse_arg_spec, parse_signature, supported_dtypes,
                          torch_pointer_codes)
 
@@ -483,75 +483,6 @@ def kernel(fn: Callable | None = None, *, num_warps: int = 4, num_stages: int = 
     return Kernel(fn, num_warps=num_warps, num_stages=num_stages)
 
 
-# ---------------------------------------------------------------------------------- source fingerprint
-
-
-def source_fingerprint(fn: Callable) -> str:
-    """Hash of fn's source plus, transitively, the helper functions and constants it names.
-
-    Helpers and constants are found through the function's globals and closure: every name its code reads that is bound to a Python
-    function (or an object wrapping one in `.fn`, like a Kernel or an @mt.func helper). minitriton's own functions
-    are covered by the compiler version and skipped.
-    """
-    digest = hashlib.sha256()
-    seen: set[int] = set()
-    pending = [fn]
-    while pending:
-        f = pending.pop()
-        if id(f) in seen:
-            continue
-        seen.add(id(f))
-        digest.update(f"{f.__qualname__}\n".encode())  # not the module: a script and its import share entries
-        digest.update(_function_source(f).encode())
-        for name, value in _referenced_values(f):
-            helper = _as_function(value)
-            if helper is not None:
-                if not (helper.__module__ or "").startswith("minitriton"):
-                    pending.append(helper)
-            elif isinstance(value, (int, float, bool, str, type(None))) or _is_dtype(value):
-                digest.update(f"{name}={value!r}\n".encode())
-    return digest.hexdigest()
-
-
 def _device_name(tensor: Any) -> str:
     index = tensor.get_device()
     return f"cuda:{index}" if index >= 0 else "cpu"
-
-
-def _referenced_values(f: types.FunctionType) -> list[tuple[str, Any]]:
-    """(name, value) of every global the code reads and every variable it closes over, sorted by name."""
-    found = {n: f.__globals__[n] for n in _global_names(f.__code__) if n in f.__globals__}
-    for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
-        try:
-            found[name] = cell.cell_contents
-        except ValueError:  # an empty cell: not bound yet
-            pass
-    return sorted(found.items(), key=lambda item: item[0])
-
-
-def _function_source(f: types.FunctionType) -> str:
-    try:
-        return inspect.getsource(f)
-    except (OSError, TypeError):  # defined in a REPL or exec: fall back to the bytecode
-        return f.__code__.co_code.hex() + repr(f.__code__.co_consts)
-
-
-def _global_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
-
-
-def _as_function(value: Any) -> types.FunctionType | None:
-    if isinstance(value, types.FunctionType):
-        return value
-    inner = getattr(value, "fn", None) if not isinstance(value, types.ModuleType) else None
-    return inner if isinstance(inner, types.FunctionType) else None
-
-
-def _is_dtype(value: Any) -> bool:
-    from minitriton.ir.types import ScalarType
-
-    return isinstance(value, ScalarType)

@@ -5,11 +5,13 @@ A ParamBuffer builds that once per compiled variant — a byte buffer with one a
 array of pointers to the slots — so a launch only packs the new pointer and scalar values into the slots (one
 `struct.pack_into`) and hands the driver the same address every time. Nothing is allocated on the device and nothing
 synchronizes, so launches can be captured into CUDA graphs (the driver copies the parameters at launch / capture).
+A lock per variant keeps concurrent launches from different threads from overwriting each other's slots.
 """
 from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -103,6 +105,7 @@ class Launcher:
         self.take = None if take == list(range(len(runtime_names))) else take
         self.driver: Any = None
         self.functions: dict[int, Any] = {}
+        self.lock = threading.Lock()
 
     def __call__(self, driver: Any, device: int, gx: int, gy: int, gz: int, raw: list) -> None:
         if driver is not self.driver:  # a different driver (tests swap in fakes): handles are not shared
@@ -111,12 +114,16 @@ class Launcher:
         if fn is None:
             fn = self._load(driver, device)
         params = self.params
-        try:
-            params.pack(params.buffer, 0, *(raw if self.take is None else [raw[i] for i in self.take]))
-        except (struct.error, OverflowError) as e:
-            raise self._pack_error(raw, e) from None
-        err = driver.launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared,
-                            driver.current_stream(device), params.address, 0)[0]
+        stream = driver.current_stream(device)
+        # One buffer per variant: two threads launching it at once must not interleave pack and launch (the
+        # driver copies the parameters during cuLaunchKernel, which runs without the GIL).
+        with self.lock:
+            try:
+                params.pack(params.buffer, 0, *(raw if self.take is None else [raw[i] for i in self.take]))
+            except (struct.error, OverflowError) as e:
+                raise self._pack_error(raw, e) from None
+            err = driver.launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared, stream, params.address,
+                                0)[0]
         if err:
             self._launch_failed(driver, err, device, (gx, gy, gz), raw)
 
@@ -148,8 +155,10 @@ class Launcher:
     def _launch_failed(self, driver: Any, err: Any, device: int, grid: tuple, raw: list) -> None:
         if driver.is_invalid_context(err):  # a thread without torch's context current: make it current, retry
             driver.ensure_context(device)
-            err = driver.launch(self.functions[device], *grid, self.threads, 1, 1, self.dynamic_shared,
-                                driver.current_stream(device), self.params.address, 0)[0]
+            with self.lock:
+                self.params.pack(self.params.buffer, 0, *(raw if self.take is None else [raw[i] for i in self.take]))
+                err = driver.launch(self.functions[device], *grid, self.threads, 1, 1, self.dynamic_shared,
+                                    driver.current_stream(device), self.params.address, 0)[0]
             if not err:
                 return
         raise CudaError(f"cuLaunchKernel of kernel '{self.name}' (grid {grid}, {self.threads} threads, "

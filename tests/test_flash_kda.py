@@ -1,0 +1,292 @@
+"""FlashKDA (kernels_src/flash_kda.py) against the float64 references of kernels_src/kda_ref.py.
+
+Error figure: relative_error = ||out - ref||_2 / ||ref||_2 over all elements (fla's assert_close ratio). Bounds (issue
+5): output <= 1e-2, final state <= 5e-3. The kernels run through the interpreter (MINITRITON_INTERPRET=1) at small
+shapes with every output and intermediate buffer poisoned with NaN first; the GPU tests run the issue's shapes.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from minitriton.kernels import flash_kda, kda_ref
+
+OUT_BOUND = 1e-2
+STATE_BOUND = 5e-3
+REF_BOUND = 1e-10  # float64 reference against float64 reference
+
+
+def make_inputs(B: int, T: int, H: int, K: int, V: int, *, seed: int, n_states: int | None = None,
+                init: bool = True, gate_bias: float = 0.0, state_v_first: bool = False, device: str = "cpu",
+                dtype: torch.dtype = torch.bfloat16) -> dict:
+    """Fresh random inputs (raw gate, beta logits, A_log, dt_bias and an fp32 initial state)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen)
+
+    n = B if n_states is None else n_states
+    state_shape = (n, H, V, K) if state_v_first else (n, H, K, V)
+    return dict(
+        q=randn(B, T, H, K).to(dtype).to(device), k=randn(B, T, H, K).to(dtype).to(device),
+        v=randn(B, T, H, V).to(dtype).to(device), g=randn(B, T, H, K).to(dtype).to(device),
+        beta=randn(B, T, H).to(dtype).to(device),
+        A_log=(torch.rand(H, generator=gen) * 2 - 1).to(device), dt_bias=(randn(H * K) + gate_bias).to(device),
+        initial_state=randn(*state_shape).to(device) if init else None,
+    )
+
+
+def check(inputs: dict, *, out_bound: float = OUT_BOUND, state_bound: float = STATE_BOUND, **options) -> tuple:
+    """Run chunk_kda and the token-by-token float64 reference; assert the bounds; return the two errors."""
+    o, state = flash_kda.chunk_kda(**inputs, output_final_state=True, **options)
+    ref_options = {k: v for k, v in options.items() if k not in ("context_parallel", "cp_segment_len")}
+    ref_o, ref_state = kda_ref.kda_recurrent_reference(**inputs, output_final_state=True, **ref_options)
+    assert o.dtype == inputs["q"].dtype and o.shape == inputs["v"].shape
+    assert state.dtype == torch.float32 and state.shape == ref_state.shape
+    assert torch.isfinite(o.float()).all() and torch.isfinite(state).all()
+    o_err, s_err = kda_ref.relative_error(ref_o, o), kda_ref.relative_error(ref_state, state)
+    assert o_err <= out_bound, f"output relative error {o_err:.3e} > {out_bound}"
+    assert s_err <= state_bound, f"final state relative error {s_err:.3e} > {state_bound}"
+    return o_err, s_err
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+    monkeypatch.setattr(flash_kda, "POISON_BUFFERS", True)
+
+
+# --------------------------------------------------------------------------------------- references
+
+
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_chunked_reference_matches_recurrence(state_v_first):
+    x = make_inputs(1, 150, 2, 16, 32, seed=1, n_states=3, state_v_first=state_v_first)
+    cu = torch.tensor([0, 70, 70, 150])
+    a = kda_ref.kda_recurrent_reference(**x, output_final_state=True, cu_seqlens=cu, state_v_first=state_v_first)
+    b = kda_ref.kda_chunked_reference(**x, output_final_state=True, cu_seqlens=cu, state_v_first=state_v_first)
+    assert kda_ref.relative_error(a[0], b[0]) < REF_BOUND
+    assert kda_ref.relative_error(a[1], b[1]) < REF_BOUND
+
+
+def test_segment_maps_compose_to_the_unsplit_state():
+    x = make_inputs(1, 200, 2, 16, 16, seed=2)
+    bounds = [(0, 64), (64, 128), (128, 200)]
+    maps = kda_ref.segment_transitions(x["q"], x["k"], x["v"], x["g"], x["beta"], bounds, A_log=x["A_log"],
+                                       dt_bias=x["dt_bias"])
+    states = kda_ref.compose_transitions(maps, x["initial_state"][0].double())
+    _, final = kda_ref.kda_recurrent_reference(**x, output_final_state=True)
+    assert kda_ref.relative_error(final[0], states[-1]) < REF_BOUND
+    _, mid = kda_ref.kda_recurrent_reference(**{**x, **{n: x[n][:, :128] for n in ("q", "k", "v", "g", "beta")}},
+                                             output_final_state=True)
+    assert kda_ref.relative_error(mid[0], states[2]) < REF_BOUND
+
+
+def test_gate_is_the_floored_sigmoid_form():
+    g = torch.randn(3, 2, 4)
+    A_log, dt_bias = torch.randn(2), torch.randn(8)
+    want = -5.0 * torch.sigmoid(A_log.double().exp()[:, None] * (g.double() + dt_bias.double().view(2, 4)))
+    assert torch.allclose(kda_ref.kda_gate(g, A_log, dt_bias, -5.0), want)
+    wide = kda_ref.kda_gate(g * 10, A_log, dt_bias, -5.0)
+    assert ((wide >= -5.0) & (wide <= 0.0)).all()
+
+
+# ------------------------------------------------------------------------------------ the kernels (CPU)
+
+
+@pytest.mark.parametrize("T,H,K,V,init", [
+    (1, 1, 16, 16, True), (63, 1, 16, 32, False), (64, 2, 32, 16, True), (130, 2, 16, 16, True),
+    (130, 1, 32, 32, False),
+])
+def test_chunk_kda_matches_reference(interpret, T, H, K, V, init):
+    check(make_inputs(1, T, H, K, V, seed=T * 7 + H, init=init))
+
+
+def test_batch_and_v_first_state(interpret):
+    check(make_inputs(2, 100, 2, 16, 16, seed=3, state_v_first=True), state_v_first=True)
+
+
+def test_varlen_with_empty_and_short_sequences(interpret):
+    cu = torch.tensor([0, 1, 64, 64, 130, 200])
+    check(make_inputs(1, 200, 2, 16, 16, seed=4, n_states=5), cu_seqlens=cu)
+
+
+def test_slow_decay_long_memory(interpret):
+    # dt_bias - 6 drives the gate toward 0 (almost no decay), the regime where errors accumulate over chunks
+    check(make_inputs(1, 300, 1, 32, 32, seed=5, gate_bias=-6.0))
+
+
+def test_float32_inputs_and_custom_scale(interpret):
+    check(make_inputs(1, 80, 1, 16, 16, seed=6, dtype=torch.float32), scale=0.3)
+
+
+def test_no_final_state_and_no_initial_state(interpret):
+    x = make_inputs(1, 70, 1, 16, 16, seed=7, init=False)
+    o, state = flash_kda.chunk_kda(**x)
+    assert state is None
+    ref, _ = kda_ref.kda_recurrent_reference(**x)
+    assert kda_ref.relative_error(ref, o) <= OUT_BOUND
+
+
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_context_parallel_segments(interpret, state_v_first):
+    """Forced splitting into 64-token segments: transitions composed exactly, the same answer as unsplit."""
+    cu = torch.tensor([0, 150, 170, 300])
+    x = make_inputs(1, 300, 2, 16, 32, seed=8, n_states=3, state_v_first=state_v_first)
+    check(x, cu_seqlens=cu, state_v_first=state_v_first, context_parallel=True, cp_segment_len=64)
+    o_cp, s_cp = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
+                                     context_parallel=True, cp_segment_len=128)
+    o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
+                               context_parallel=False)
+    assert kda_ref.relative_error(s, s_cp) <= 1e-3
+    assert kda_ref.relative_error(o, o_cp) <= 1e-3
+
+
+def test_context_parallel_without_initial_state(interpret):
+    check(make_inputs(1, 190, 1, 16, 16, seed=9, init=False), context_parallel=True)
+
+
+def test_error_figure_detects_a_wrong_gate_convention(interpret):
+    """The comparison can fail: the reference with the gate in log2 instead of natural units is far off."""
+    x = make_inputs(1, 64, 1, 16, 16, seed=10)
+    o, _ = flash_kda.chunk_kda(**x)
+    wrong, _ = kda_ref.kda_recurrent_reference(**x, lower_bound=-5.0 / math.log(2))
+    assert kda_ref.relative_error(wrong, o) > 10 * OUT_BOUND
+
+
+# ------------------------------------------------------------------------- compiled PTX on the simulator
+
+KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
+    "kda_intra_chunk_kernel": ("w_ptr", "u_ptr", "kg_ptr", "qg_ptr", "aqk_ptr", "decay_ptr"),
+    "kda_recurrence_kernel": ("o_ptr", "ht_ptr"),
+    "kda_merge_kernel": ("s_in_ptr",),
+}
+
+
+def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch):
+    """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes) is replayed from
+    its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the interpreter's."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from minitriton.ir.types import PointerType, ScalarType
+
+    names = {torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32"}
+    launches = []
+    launch = flash_kda._launch
+
+    def record(kernel, grid, args, **constexprs):
+        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        launch(kernel, grid, args, **constexprs)
+        launches.append((kernel, grid, before, list(args), constexprs))
+
+    monkeypatch.setattr(flash_kda, "_launch", record)
+    x = make_inputs(1, 140, 1, 16, 16, seed=15)
+    flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
+    assert [k.__name__ for k, *_ in launches] == ["kda_intra_chunk_kernel", "kda_recurrence_kernel",
+                                                 "kda_merge_kernel", "kda_recurrence_kernel"]
+    for kernel, grid, before, after, constexprs in launches:
+        params = kernel.runtime_params
+        types = {n: PointerType(ScalarType(names[a.dtype])) if isinstance(a, torch.Tensor) else
+                 ScalarType("f32" if isinstance(a, float) else "i32") for n, a in zip(params, before)}
+        options = dict(constexprs)
+        make = helpers.dsl(kernel.fn, types, options, num_warps=options.pop("num_warps"))
+        outputs = [i for i, n in enumerate(params) if n in KERNEL_OUTPUTS[kernel.__name__]
+                   and not (n == "o_ptr" and constexprs.get("TRANSITION"))]
+        for i in outputs:
+            before[i] = before[i].clone().fill_(float("nan"))
+        simulated = helpers.run_simulated(make, grid, before)
+        for i in outputs:
+            err = helpers.rel_err(simulated[i], after[i])
+            # the mma accumulation order differs from the interpreter's float64 sums: a few bf16 outputs may round
+            # one ulp apart (a wrong index or mask would be O(1) off)
+            assert err <= 1e-4, f"{kernel.__name__} {params[i]}: PTX vs interpreter {err}"
+
+
+# ---------------------------------------------------------------------------------- planning, errors
+
+
+def test_context_parallel_choice_for_the_issue_shapes():
+    def seg(lengths, heads, force=None):
+        return flash_kda.segment_length(lengths, len(lengths) * heads * 2, 132, force, None)
+
+    assert seg([32768], 96) is None  # 192 programs already fill 132 SMs
+    assert seg([4096] * 8, 32) is None
+    assert seg([131072], 4) == 8192  # 8 programs: 16 segments of 8192
+    assert seg([32768], 16) == 8192  # 32 programs: 4 segments
+    assert seg([8192], 12) == 1664  # 24 programs: 5 segments
+    assert seg([2048], 4) is None  # too short to be worth it
+    assert seg([32768], 96, force=False) is None
+    assert seg([200], 96, force=True) == 128  # forced: at least two segments
+    p = flash_kda.plan([(0, 200), (200, 200), (200, 300)], 128)
+    assert p.segments == [[(0, 128), (128, 200)], [(200, 200)], [(200, 300)]]
+    assert p.chunks == [(0, 64), (64, 128), (128, 192), (192, 200), (200, 264), (264, 300)]
+    assert p.first_chunk == [0, 4, 4]
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(K=24), "power of two"),
+    (dict(lower_bound=-6.0), "lower_bound"),
+    (dict(state_dtype=torch.float16), "float32"),
+    (dict(batch_varlen=True), "batch size must be 1"),
+    (dict(a_log_len=3), "A_log"),
+])
+def test_validation(interpret, change, message):
+    K = change.get("K", 16)
+    x = make_inputs(2 if change.get("batch_varlen") else 1, 8, 2, K, 16, seed=11)
+    if "state_dtype" in change:
+        x["initial_state"] = x["initial_state"].to(change["state_dtype"])
+    if "a_log_len" in change:
+        x["A_log"] = torch.zeros(change["a_log_len"])
+    cu = torch.tensor([0, 8]) if change.get("batch_varlen") else None
+    with pytest.raises(ValueError, match=message):
+        flash_kda.chunk_kda(**x, lower_bound=change.get("lower_bound", -5.0), cu_seqlens=cu)
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setenv("MINITRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="MINITRITON_INTERPRET"):
+        flash_kda.chunk_kda(**make_inputs(1, 8, 1, 16, 16, seed=12))
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("MINITRITON_INTERPRET", "0") != "0",
+                                reason="needs a CUDA GPU (and MINITRITON_INTERPRET unset)")
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("T", [1, 63, 64, 1000, 8192])
+@pytest.mark.parametrize("H", [1, 4, 32])
+@pytest.mark.parametrize("init", [False, True])
+def test_gpu_matches_reference(T, H, init):
+    check(make_inputs(1, T, H, 128, 128, seed=T + H, init=init, device="cuda"))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("context_parallel", [False, True])
+def test_gpu_varlen(context_parallel):
+    cu = torch.tensor([0, 1, 64, 1000, 5000, 8192], device="cuda")
+    x = make_inputs(1, 8192, 4, 128, 128, seed=13, n_states=5, device="cuda", state_v_first=True)
+    check(x, cu_seqlens=cu, state_v_first=True, context_parallel=context_parallel,
+          cp_segment_len=1024 if context_parallel else None)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("T,H", [(1000, 4), (8192, 32)])
+def test_gpu_matches_fla(T, H):
+    fla_kda = pytest.importorskip("fla.ops.kda")
+    x = make_inputs(1, T, H, 128, 128, seed=14, device="cuda")
+    o, s = flash_kda.chunk_kda(**x, output_final_state=True)
+    with torch.inference_mode():
+        ref_o, ref_s = fla_kda.chunk_kda(
+            x["q"], x["k"], x["v"], x["g"], x["beta"], A_log=x["A_log"], dt_bias=x["dt_bias"],
+            initial_state=x["initial_state"], output_final_state=True, use_qk_l2norm_in_kernel=True,
+            use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0)
+    assert kda_ref.relative_error(ref_o, o) <= OUT_BOUND
+    assert kda_ref.relative_error(ref_s, s) <= STATE_BOUND
