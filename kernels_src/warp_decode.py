@@ -13,11 +13,12 @@ Work decomposition (docs/kernels/warp_decode.md has the full story):
   row) and loops over *work items*. A work item is one expert together with up to NT (token, slot) pairs routed to
   it, so the expert's rows are streamed from HBM once for all of those tokens. With B = 1 the items are simply the
   k pairs (no preparation at all: two kernel launches per layer); for B > 1 `make_routing` groups the pairs by
-  expert with a few fixed-shape torch ops (sort, cummax, cumsum, scatter: no host sync, CUDA-graph capturable).
+  expert with a stable torch.sort of the ids and one single-program DSL kernel (route_items_kernel) that finds the
+  item boundaries: no host sync, CUDA-graph capturable.
 - Lane teams: the [ROWS, TEAMS, BLOCKS, 16] byte tile gives each row TEAMS items at once; a team of 32/TEAMS lanes
-  covers BLOCKS MX blocks (16 bytes = 32 weights = one scale per lane) of its item's row, and the team results are
-  combined by the reduction over the team axis (a warp reduction). Short rows and row lengths that are not a
-  multiple of 32 blocks keep every lane busy this way.
+  covers BLOCKS MX blocks (16 bytes = 32 weights = one scale per lane) of its item's row and reduces over its
+  lanes; the down kernel then sums the teams' weighted results per token (the reduction over the team axis).
+  Short rows, and row lengths that are not a multiple of 32 blocks, keep every lane busy this way.
 - Dequantization is integer bit work in the DSL: an E2M1 nibble's E E M bits go to f32 bits 24..22 and its sign
   to bit 31; multiplying by 2**126 gives the exact value (codes 0/1 become f32 subnormals first, so the compiler must
   not flush denormals). The E8M0 byte becomes 2**(s - 127) from bits (s << 23), 0x00 -> 2**-127 (subnormal), and
@@ -154,17 +155,17 @@ def e8m0_to_f32(s):
 
 
 @mt.func
-def load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, count_ptr, TEAMS, NT, DEDUP):
+def load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, TEAMS, NT, DEDUP):
     """The TEAMS work items it0 .. it0 + TEAMS - 1: (item_ok [T], pair [T, NT], pair_ok [T, NT], expert [T]).
 
-    With DEDUP an item is a run of up to NT pairs routed to one expert (pairs_ptr[first .. first + count)); without
-    it item i is pair i alone (NT == 1)."""
+    With DEDUP item i is the run pairs_ptr[first[i] .. first[i + 1]) of at most NT pairs routed to one expert
+    (first[n_items] is the number of pairs); without it item i is pair i alone (NT == 1)."""
     item = it0 + mt.arange(0, TEAMS)
     item_ok = item < n_items
     s = mt.arange(0, NT)
     if DEDUP:
         first = mt.load(first_ptr + item, mask=item_ok, other=0)
-        count = mt.load(count_ptr + item, mask=item_ok, other=0)
+        count = mt.load(first_ptr + item + 1, mask=item_ok, other=0) - first
         pair_ok = s[None, :] < count[:, None]
         pair = mt.load(pairs_ptr + first[:, None] + s[None, :], mask=pair_ok, other=0)
     else:
@@ -244,7 +245,7 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_row, v_live, K, row_blocks,
 
 
 @mt.kernel
-def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, count_ptr, n_items_ptr, wq_ptr, ws_ptr, h_ptr,
+def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws_ptr, h_ptr,
                    n_pairs, topk, D, I, row_blocks,
                    ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr,
                    DEDUP: mt.constexpr, USE_DOT: mt.constexpr):
@@ -264,8 +265,8 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, count_ptr, n_items_ptr,
     else:
         n_items = n_pairs
     for it0 in range(0, n_items, TEAMS):
-        item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, count_ptr,
-                                                    TEAMS, NT, DEDUP)
+        item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, TEAMS, NT,
+                                                    DEDUP)
         row = expert.to(mt.int64)[None, :] * (2 * I) + w_row[:, None]
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr, (pair // topk) * D,
                           pair_ok, D, row_blocks, ROWS, TEAMS, NT, BLOCKS, USE_DOT, False)
@@ -278,7 +279,7 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, count_ptr, n_items_ptr,
 
 
 @mt.kernel
-def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, count_ptr, n_items_ptr, wq_ptr, ws_ptr, out_ptr,
+def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws_ptr, out_ptr,
                 n_pairs, topk, batch, D, I, row_blocks,
                 ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr, BT: mt.constexpr,
                 DEDUP: mt.constexpr, USE_DOT: mt.constexpr):
@@ -293,8 +294,8 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, count_ptr, n_item
     else:
         n_items = n_pairs
     for it0 in range(0, n_items, TEAMS):
-        item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, count_ptr,
-                                                    TEAMS, NT, DEDUP)
+        item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, TEAMS, NT,
+                                                    DEDUP)
         row = expert.to(mt.int64)[None, :] * D + d[:, None]
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr, pair * I, pair_ok,
                           I, row_blocks, ROWS, TEAMS, NT, BLOCKS, USE_DOT, True)
@@ -305,24 +306,55 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, count_ptr, n_item
     mt.store(out_ptr + token[None, :] * D + d[:, None], out, mask=row_ok[:, None] & (token < batch)[None, :])
 
 
-_GATE_UP_SIG = ("x_ptr:*bf16:16,ids_ptr:*i32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,count_ptr:*i32:16,"
-                "n_items_ptr:*i32:16,wq_ptr:*u8:16,ws_ptr:*u8:16,h_ptr:*fp32:16,n_pairs:i32:16,topk:i32:16,"
-                "D:i32:16,I:i32:16,row_blocks:i32:16")
-_DOWN_SIG = ("h_ptr:*fp32:16,ids_ptr:*i32:16,wts_ptr:*fp32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,"
-             "count_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*u8:16,ws_ptr:*u8:16,out_ptr:*bf16:16,n_pairs:i32:16,"
-             "topk:i32:16,batch:i32,D:i32:16,I:i32:16,row_blocks:i32:16")
+def _signature(kind: str, pairs: str) -> str:
+    """AOT signature of gate_up_kernel / down_kernel; `pairs` is i32 without dedup (the ids stand in), i64 with it
+    (torch.sort's indices)."""
+    common = (f"ids_ptr:*i32:16,pairs_ptr:*{pairs}:16,first_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*u8:16,"
+              "ws_ptr:*u8:16")
+    if kind == "gate_up":
+        return f"x_ptr:*bf16:16,{common},h_ptr:*fp32:16,n_pairs:i32:16,topk:i32:16,D:i32:16,I:i32:16,row_blocks:i32:16"
+    return (f"h_ptr:*fp32:16,ids_ptr:*i32:16,wts_ptr:*fp32:16,pairs_ptr:*{pairs}:16,first_ptr:*i32:16,"
+            "n_items_ptr:*i32:16,wq_ptr:*u8:16,ws_ptr:*u8:16,out_ptr:*bf16:16,n_pairs:i32:16,topk:i32:16,batch:i32,"
+            "D:i32:16,I:i32:16,row_blocks:i32:16")
+
+
 # K3 (D=3584, I=3072, top-16): B = 1 on CUDA cores (2 lane teams for the 112-block rows of W13), B = 16 on mt.dot.
-gate_up_kernel.specialize(signature=_GATE_UP_SIG, ROWS=8, TEAMS=2, BLOCKS=16, NT=1, DEDUP=False, USE_DOT=False,
-                          num_warps=8)
-down_kernel.specialize(signature=_DOWN_SIG, ROWS=8, TEAMS=1, BLOCKS=32, NT=1, BT=1, DEDUP=False, USE_DOT=False,
-                       num_warps=8)
-gate_up_kernel.specialize(signature=_GATE_UP_SIG, ROWS=16, TEAMS=1, BLOCKS=8, NT=8, DEDUP=True, USE_DOT=True,
-                          num_warps=1)
-down_kernel.specialize(signature=_DOWN_SIG, ROWS=16, TEAMS=1, BLOCKS=8, NT=8, BT=16, DEDUP=True, USE_DOT=True,
-                       num_warps=1)
+gate_up_kernel.specialize(signature=_signature("gate_up", "i32"), ROWS=8, TEAMS=2, BLOCKS=16, NT=1, DEDUP=False,
+                          USE_DOT=False, num_warps=8)
+down_kernel.specialize(signature=_signature("down", "i32"), ROWS=8, TEAMS=1, BLOCKS=32, NT=1, BT=1, DEDUP=False,
+                       USE_DOT=False, num_warps=8)
+gate_up_kernel.specialize(signature=_signature("gate_up", "i64"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8, DEDUP=True,
+                          USE_DOT=True, num_warps=1)
+down_kernel.specialize(signature=_signature("down", "i64"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8, BT=16, DEDUP=True,
+                       USE_DOT=True, num_warps=1)
 
 
 # ------------------------------------------------------------------------------------------ routing
+
+
+MAX_PAIRS = 4096  # routed pairs B * k the one-program routing kernel handles (its tile)
+
+
+@mt.kernel
+def route_items_kernel(grouped_ptr, first_ptr, n_items_ptr, n_pairs, GROUP: mt.constexpr, BLOCK: mt.constexpr):
+    """Work items from the expert ids of the pairs sorted by expert (grouped_ptr, n_pairs of them), in one program:
+    a pair starts an item when its rank within its expert's run is a multiple of GROUP; first[i] is the sorted
+    position where item i starts, first[n_items] = n_pairs closes the last one, n_items_ptr[0] = n_items."""
+    q = mt.arange(0, BLOCK)
+    ok = q < n_pairs
+    expert = mt.load(grouped_ptr + q, mask=ok, other=-1)
+    before = mt.load(grouped_ptr + q - 1, mask=ok & (q > 0), other=-1)  # ids are >= 0: position 0 starts a run
+    run_start = mt.cummax(mt.where(ok & (expert != before), q, 0), axis=0)
+    starts = ok & ((q - run_start) % GROUP == 0)
+    item = mt.cumsum(starts.to(mt.int32), axis=0) - 1
+    mt.store(first_ptr + item, q, mask=starts)
+    n_items = mt.sum(starts.to(mt.int32), axis=0)
+    mt.store(first_ptr + n_items, n_pairs)
+    mt.store(n_items_ptr, n_items)
+
+
+route_items_kernel.specialize(signature="grouped_ptr:*i32:16,first_ptr:*i32:16,n_items_ptr:*i32:16,n_pairs:i32",
+                              GROUP=8, BLOCK=1024, num_warps=4)
 
 
 @dataclass(frozen=True)
@@ -330,16 +362,16 @@ class Routing:
     """Routed (token, slot) pairs p = b * topk + j and the work items the kernels loop over.
 
     ids, weights: int32 / fp32 [P] (P = batch * topk), flattened topk_ids / topk_weights.
-    With dedup: pairs int32 [P] is the pairs grouped by expert; item i covers pairs[first[i] : first[i] + count[i]]
-    (count <= group, one expert); n_items int32 [1] is the number of items (a device value: no host sync).
-    Without dedup (batch 1): item i is pair i and pairs/first/count/n_items are unused (they alias ids).
+    With dedup: pairs int64 [P] is the pair indices sorted by expert (stable); item i is pairs[first[i] : first[i+1]]
+    (at most `group` pairs, one expert); first int32 [P + 1] (entries past n_items unused); n_items int32 [1], a
+    device value (no host sync).
+    Without dedup (batch 1): item i is pair i; pairs / first / n_items are unused (they alias ids).
     """
 
     ids: torch.Tensor
     weights: torch.Tensor
     pairs: torch.Tensor
     first: torch.Tensor
-    count: torch.Tensor
     n_items: torch.Tensor
     batch: int
     topk: int
@@ -354,33 +386,27 @@ class Routing:
 def make_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, group: int, dedup: bool) -> Routing:
     """Group the routed pairs into work items of up to `group` pairs sharing an expert (see Routing).
 
-    Fixed-shape torch ops only (argsort, cummax, cumsum, scatter): no host synchronisation, so the whole MoE layer
-    can be captured in a CUDA graph."""
+    Two device steps, no host synchronisation (CUDA-graph capturable): a stable torch.sort of the expert ids, then
+    route_items_kernel (one program) for the item boundaries."""
     if topk_ids.dim() != 2 or topk_weights.shape != topk_ids.shape:
         raise ValueError(f"topk_ids and topk_weights must both be [B, k], got {tuple(topk_ids.shape)} and "
                          f"{tuple(topk_weights.shape)}")
     if group < 1 or (not dedup and group != 1):
         raise ValueError(f"group must be >= 1, and 1 without dedup; got group={group}, dedup={dedup}")
     batch, topk = topk_ids.shape
+    n = batch * topk
+    if n > MAX_PAIRS:
+        raise ValueError(f"{batch} x {topk} = {n} routed pairs; the decode routing handles up to {MAX_PAIRS}")
     ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     if not dedup:
-        return Routing(ids, weights, ids, ids, ids, ids, batch, topk, 1, False)
-    n = ids.numel()
-    q = torch.arange(n, device=ids.device)
-    order = torch.argsort(ids.to(torch.int64) * n + q)  # by expert, then by pair: a stable grouping
-    grouped = ids[order]
-    new_expert = torch.ones(n, dtype=torch.bool, device=ids.device)
-    new_expert[1:] = grouped[1:] != grouped[:-1]
-    run_start = torch.cummax(torch.where(new_expert, q, 0), dim=0).values
-    item_start = (q - run_start) % group == 0
-    item = torch.cumsum(item_start, dim=0) - 1
-    n_items = item_start.sum(dtype=torch.int32).reshape(1)
-    first = torch.zeros(n + 1, dtype=torch.int32, device=ids.device)
-    first.scatter_(0, torch.where(item_start, item, n), q.to(torch.int32))  # non-starts land in the spare slot n
-    count = torch.zeros(n, dtype=torch.int32, device=ids.device)
-    count.scatter_add_(0, item, torch.ones_like(count))
-    return Routing(ids, weights, order.to(torch.int32), first[:n], count, n_items, batch, topk, group, True)
+        return Routing(ids, weights, ids, ids, ids, batch, topk, 1, False)
+    grouped, pairs = torch.sort(ids, stable=True)
+    first = torch.empty(n + 1, dtype=torch.int32, device=ids.device)
+    n_items = torch.empty(1, dtype=torch.int32, device=ids.device)
+    route_items_kernel[(1,)](grouped, first, n_items, n, GROUP=group, BLOCK=max(16, 1 << (n - 1).bit_length()),
+                             num_warps=4)
+    return Routing(ids, weights, pairs, first, n_items, batch, topk, group, True)
 
 
 # ------------------------------------------------------------------------------------------ configuration
@@ -420,7 +446,7 @@ def pick_config(row_blocks: int, items_hint: int, use_dot: bool) -> KernelConfig
     return KernelConfig(False, rows=8, teams=teams, blocks=32 // teams, num_warps=8)
 
 
-def _check_config(config: KernelConfig, routing: Routing) -> None:
+def _check_config(config: KernelConfig) -> None:
     for name in ("rows", "teams", "blocks"):
         v = getattr(config, name)
         if v < 1 or v & (v - 1):
@@ -449,10 +475,10 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     I = w13.rows // 2
     if config is None:
         config = pick_config(w13.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
-    _check_config(config, routing)
+    _check_config(config)
     h = torch.empty((routing.n_pairs, I), dtype=torch.float32, device=x.device)
     grid = (mt.cdiv(I, config.rows // 2),)
-    gate_up_kernel[grid](x, routing.ids, routing.pairs, routing.first, routing.count, routing.n_items,
+    gate_up_kernel[grid](x, routing.ids, routing.pairs, routing.first, routing.n_items,
                          w13.blocks, w13.scales, h, routing.n_pairs, routing.topk, D, I, w13.row_blocks,
                          ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
                          DEDUP=routing.dedup, USE_DOT=config.use_dot, num_warps=config.num_warps)
@@ -471,12 +497,11 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
     D = w2.rows
     if config is None:
         config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
-    _check_config(config, routing)
+    _check_config(config)
     out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
     grid = (mt.cdiv(D, config.rows),)
-    down_kernel[grid](h, routing.ids, routing.weights, routing.pairs, routing.first, routing.count,
-                      routing.n_items, w2.blocks, w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I,
-                      w2.row_blocks, ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
+    down_kernel[grid](h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.blocks,
+                      w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I, w2.row_blocks, ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
                       BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
                       num_warps=config.num_warps)
     return out

@@ -20,9 +20,9 @@ from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, in
 __all__ = [
     "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
-    "store", "atomic_add", "dot", "where", "sum", "max", "min", "cumsum", "exp", "exp2", "log", "log2", "sqrt",
-    "rsqrt", "sigmoid", "abs", "sin", "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum", "fma", "cdiv",
-    "cast", "trans", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
+    "store", "atomic_add", "dot", "where", "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log",
+    "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin", "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum",
+    "fma", "cdiv", "cast", "trans", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
 ]
 
 dtype = ScalarType
@@ -149,6 +149,18 @@ def min(x: Any, axis: int | None = None, keep_dims: bool = False, _sem: Any = No
 def cumsum(x: Any, axis: int = 0, _sem: Any = None) -> Any:
     """Inclusive prefix sum along `axis` (f16/bf16 accumulate and return f32)."""
     return _sem.scan(x, axis, "sum")
+
+
+@builtin
+def cummax(x: Any, axis: int = 0, _sem: Any = None) -> Any:
+    """Inclusive running maximum along `axis`, in x's type (floats: a NaN element yields the other operand)."""
+    return _sem.scan(x, axis, "max")
+
+
+@builtin
+def cummin(x: Any, axis: int = 0, _sem: Any = None) -> Any:
+    """Inclusive running minimum along `axis`, in x's type (floats: a NaN element yields the other operand)."""
+    return _sem.scan(x, axis, "min")
 
 
 def _math(name: str, doc: str) -> Callable[..., Any]:

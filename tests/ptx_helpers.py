@@ -73,24 +73,27 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 # --------------------------------------------------------------------------------------- builder kernels
 
 
-def elementwise_kernel(op: str, in_types: Sequence[ScalarType], out_type: ScalarType, n: int = 256,
-                       num_warps: int = 4, **attrs: Any) -> Maker:
-    """out[i] = op(in0[i], in1[i], ...) over n elements (one program), every pointer 16-byte aligned."""
+OpSpec = tuple[str, Sequence[int], ScalarType, dict]  # (op name, input indices, result type, attributes)
+
+
+def elementwise_kernel(in_types: Sequence[ScalarType], ops: Sequence[OpSpec], n: int = 256,
+                       num_warps: int = 4) -> Maker:
+    """Loads in0..ink (n elements each, one program) and stores op_j(inputs) to out_j for each op, every pointer
+    16-byte aligned: kernel `ew(in0, .., ink, out0, .., outm)`."""
 
     def make() -> Module:
-        params = [PointerType(t) for t in in_types] + [PointerType(out_type)]
-        func = make_function("ew", params, [f"in{i}" for i in range(len(in_types))] + ["out"],
-                             num_warps=num_warps, divisibility=[16] * len(params))
+        params = [PointerType(t) for t in in_types] + [PointerType(o[2]) for o in ops]
+        names = [f"in{i}" for i in range(len(in_types))] + [f"out{j}" for j in range(len(ops))]
+        func = make_function("ew", params, names, num_warps=num_warps, divisibility=[16] * len(params))
         b = Builder(function_body(func))
         args = function_body(func).args
         offs = b.create1("mt.arange", [], tensor([n], ScalarType("i32")), start=0, end=n)
-        values = []
-        for arg, t in zip(args, list(in_types) + [out_type]):
-            ptrs = b.create1("mt.splat", [arg], tensor([n], arg.type))
-            values.append(b.create1("mt.addptr", [ptrs, offs], tensor([n], arg.type)))
-        loaded = [b.create1("mt.load", [p], tensor([n], t)) for p, t in zip(values, in_types)]
-        result = b.create1(op, loaded, tensor([n], out_type), **attrs)
-        b.create("mt.store", [values[-1], result])
+        ptrs = [b.create1("mt.addptr", [b.create1("mt.splat", [a], tensor([n], a.type)), offs], tensor([n], a.type))
+                for a in args]
+        loaded = [b.create1("mt.load", [p], tensor([n], t)) for p, t in zip(ptrs, in_types)]
+        for j, (name, inputs, out_type, attrs) in enumerate(ops):
+            result = b.create1(name, [loaded[i] for i in inputs], tensor([n], out_type), **attrs)
+            b.create("mt.store", [ptrs[len(in_types) + j], result])
         b.create("mt.return")
         return Module([func])
 

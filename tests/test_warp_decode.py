@@ -5,7 +5,8 @@
 - prepare_experts: the permuted layout decodes to the original weights (K multiple of 32 or not);
 - the DSL dequant helpers the kernels use, bit-exact for all 256 bytes and all 256 scale bytes (0x00 -> 2**-127,
   0xFF -> NaN), through the interpreter;
-- make_routing: every pair in exactly one work item, one expert per item, items of at most `group` pairs;
+- make_routing (torch.sort + the one-program routing kernel, using the mt.cummax builtin tested here too): every
+  pair in exactly one work item, one expert per item, items of at most `group` pairs, the fewest items;
 - moe_decode through the interpreter (MINITRITON_INTERPRET=1) at small shapes, outputs poisoned with NaN first,
   against the float64 reference on fresh random weights, scales and routing: B in {1, 2, 4, 16, 64}, both inner
   product paths (CUDA cores, mt.dot), shapes that are not multiples of the tiles or of 32, experts shared across
@@ -196,22 +197,43 @@ def test_dsl_dequant_is_bit_exact_for_every_byte(interpret: None) -> None:
 # ------------------------------------------------------------------------------------------ routing
 
 
+@mt.kernel
+def running_extrema(x_ptr, max_ptr, min_ptr, N: mt.constexpr):
+    i = mt.arange(0, N)
+    x = mt.load(x_ptr + i)
+    mt.store(max_ptr + i, mt.cummax(x, axis=0))
+    mt.store(min_ptr + i, mt.cummin(x, axis=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32])
+def test_cummax_cummin_builtins(interpret: None, dtype: torch.dtype) -> None:
+    """mt.cummax / mt.cummin (added to the language for the routing kernel) against torch."""
+    x = (torch.randn(64, generator=torch.Generator().manual_seed(0)) * 100).to(dtype)
+    hi, lo = torch.empty_like(x), torch.empty_like(x)
+    running_extrema[(1,)](x, hi, lo, N=64)
+    assert torch.equal(hi, torch.cummax(x, 0).values) and torch.equal(lo, torch.cummin(x, 0).values)
+    assert not torch.equal(hi, lo)
+
+
+
 @pytest.mark.parametrize("group", [1, 2, 3, 8])
-def test_make_routing_covers_every_pair_once(group: int) -> None:
+@pytest.mark.parametrize("batch", [9, 1])
+def test_make_routing_covers_every_pair_once(interpret: None, group: int, batch: int) -> None:
     gen = torch.Generator().manual_seed(group)
-    ids = torch.randint(0, 5, (9, 4), generator=gen)  # heavy sharing and repeats within a token
-    r = wd.make_routing(ids, torch.rand(9, 4, generator=gen), group, dedup=True)
-    n = int(r.n_items)
+    ids = torch.randint(0, 5, (batch, 4), generator=gen)  # heavy sharing and repeats within a token
+    r = wd.make_routing(ids, torch.rand(batch, 4, generator=gen), group, dedup=True)
+    n, pairs = int(r.n_items), batch * 4
+    assert r.pairs.dtype == torch.int64 and r.first.shape == (pairs + 1,) and int(r.first[n]) == pairs
     seen = []
     for item in range(n):
-        first, count = int(r.first[item]), int(r.count[item])
+        first, count = int(r.first[item]), int(r.first[item + 1] - r.first[item])
         assert 1 <= count <= group
         members = r.pairs[first:first + count].tolist()
         assert len({int(r.ids[p]) for p in members}) == 1  # one expert per item
         seen += members
-    assert sorted(seen) == list(range(36)) and r.count[n:].eq(0).all()
+    assert sorted(seen) == list(range(pairs))
     experts = ids.reshape(-1)
-    assert n == sum(-(-int((experts == e).sum()) // group) for e in experts.unique())
+    assert n == sum(-(-int((experts == e).sum()) // group) for e in experts.unique())  # the fewest items
 
 
 def test_make_routing_without_dedup_is_the_pairs() -> None:

@@ -62,5 +62,5 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int = 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     t, d = q.shape[1], q.shape[2]
     s = q.double() @ k.double().transpose(1, 2) / math.sqrt(d)
-    s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     return (torch.softmax(s, -1) @ v.double()).to(q.dtype)
