@@ -52,10 +52,11 @@ def _as_f32(ctx: KernelContext, regs: list[str], t, tf32: bool) -> list[str]:  #
     for r in regs:
         if r not in memo:
             v = upcast(ctx, r, t)
-            if tf32:
-                rounded = ctx.new("b32")
+            if tf32:  # round to 10 mantissa bits, and clear the 13 bits below them (the f32 the FMAs read)
+                rounded, cleared = ctx.new("b32"), ctx.new("b32")
                 ctx.emit(f"cvt.rna.tf32.f32 {rounded}, {v};")
-                v = rounded
+                ctx.emit(f"and.b32 {cleared}, {rounded}, 0xFFFFE000;")
+                v = cleared
             memo[r] = v
     return [memo[r] for r in regs]
 

@@ -55,11 +55,6 @@ def float_suffix(t: ScalarType) -> str:
     return "f64" if t.name == "f64" else "f32"
 
 
-def compute_class(t: Elem) -> str:
-    """The register class arithmetic on `t` runs in (f16 / bf16 compute in f32)."""
-    return "f32" if is_half(t) else reg_class(t)
-
-
 def f32_literal(x: float) -> str:
     return "0f%08X" % struct.unpack("<I", struct.pack("<f", x))[0]
 

@@ -427,6 +427,8 @@ class Semantic:
             a, b = x, y
             c, a, b = self.broadcast_all(c, a, b)
         else:
+            if not isinstance(x, TileValue) and not isinstance(y, TileValue):
+                x = self.to_value(x, like=python_constant_type(y) if isinstance(y, Number) else None)
             a, b = self.unify(x, y, "where")
             c, a, b = self.broadcast_all(c, a, b)
         return TileValue(self.b.create1("mt.select", [c.handle, a.handle, b.handle], a.type))

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from minitriton.codegen import emit_ptx, run_ptxas
+from minitriton.codegen import emit_ptx
 from minitriton.frontend import compile_to_ir
 from minitriton.interpreter import interpret
 from minitriton.ir import Builder, Module, function_body, make_function, tensor
@@ -138,7 +138,3 @@ def launch_on_gpu(ptx: str, name: str, grid: Sequence[int], args: Sequence[Any],
     finally:
         _ok(cu.cuModuleUnload(module))
     return [a.cpu() if isinstance(a, torch.Tensor) else a for a in device_args]
-
-
-def ptxas_report(ptx: str) -> Any:
-    return run_ptxas(ptx)

@@ -141,3 +141,12 @@ def test_locations_point_at_source_lines() -> None:
     assert ops["mt.load"].loc.line == start + 1
     assert ops["mt.store"].loc.line == start + 2
     assert ops["mt.load"].loc.file == __file__
+
+
+def test_where_with_two_python_constants() -> None:
+    def k(x_ptr):
+        t = mt.arange(0, 16)
+        mt.store(x_ptr + t, mt.where(t > 3, 1, 0).to(mt.float32))
+
+    text = ir(k)
+    assert '"mt.select"' in text and "tensor<16xi32>" in text

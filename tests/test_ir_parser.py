@@ -73,6 +73,7 @@ def build_all_ops_kernel() -> Module:
     acc = b.create1("mt.constant", [], tensor([16, 16], f32), value=0.0)
     d = b.create1("mt.dot", [a, bt, acc], tensor([16, 16], f32), input_precision="tf32")
     flat = b.create1("mt.reshape", [d], tensor([256], f32))
+    b.create1("mt.convert_layout", [flat], tensor([256], f32))
     total = b.create1("mt.reduce", [flat], f32, axis=0, kind="sum")
     b.create1("mt.scan", [xv], t64, axis=0, kind="max")
     b.create("mt.store", [ys, sel, mask])

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import minitriton as mt
-from minitriton.codegen import PtxasError, emit_ptx, ptxas_path, run_ptxas
+from minitriton.codegen import PtxasError, ptxas_path, run_ptxas
 from minitriton.codegen import context as codegen_context
 from minitriton.ir.types import SCALAR_TYPES, PointerType, ScalarType
 from minitriton.kernels.examples import attention, cumsum, matmul, rmsnorm, softmax, vector_add

@@ -12,10 +12,12 @@
   product paths (CUDA cores, mt.dot), shapes that are not multiples of the tiles or of 32, experts shared across
   tokens and repeated within a token, every lane-team split, 0x00 / 0xFF scales; the fp32 intermediate h and the
   fp32 output (before the bf16 rounding) are checked, as well as the bf16 output.
-GPU tests (`-m gpu`) run the compiled kernels at a K3-like width.
+GPU tests (`-m gpu`) run the compiled kernels at K3's D and I (32 experts, top-16) on both inner-product paths,
+and replay a CUDA-graph capture after changing the routing in place.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -364,19 +366,64 @@ def test_benchmark_module_imports_without_gpu() -> None:
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@functools.lru_cache(maxsize=1)
+def k3_width_layer() -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Random MXFP4 experts at K3's D = 3584, I = 3072 with 32 experts, generated on the GPU once."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    E, D, I = 32, 3584, 3072
+
+    def rand(shape: tuple[int, ...], lo: int, hi: int) -> torch.Tensor:
+        return torch.randint(lo, hi, shape, generator=gen, dtype=torch.uint8, device="cuda")
+
+    return ((rand((E, 2 * I, D // 2), 0, 256), rand((E, 2 * I, D // 32), 118, 128)),
+            (rand((E, D, I // 2), 0, 256), rand((E, D, I // 32), 118, 128)))
+
+
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("B", [1, 4, 16, 64])
 def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
-    """K3's D = 3584 and I = 3072 with 32 experts, top-16: the compiled kernels against the float64 reference
-    (computed on the GPU)."""
+    """K3's D and I with 32 experts, top-16: the compiled kernels against the float64 reference (on the GPU)."""
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
-    p = Problem(B, D=3584, I=3072, E=32, k=16, seed=B)
-    x, ids, weights = p.x.cuda(), p.ids.cuda(), p.weights.cuda()
-    w13_raw, w2_raw = (p.b13.cuda(), p.s13.cuda()), (p.b2.cuda(), p.s2.cuda())
+    w13_raw, w2_raw = k3_width_layer()
+    gen = torch.Generator().manual_seed(B)
+    x = torch.randn(B, 3584, generator=gen).to(torch.bfloat16).cuda()
+    ids = torch.stack([torch.randperm(32, generator=gen)[:16] for _ in range(B)]).to(torch.int32).cuda()
+    weights = torch.rand(B, 16, generator=gen).cuda()
     ref = wd.reference(x, ids, weights, w13_raw, w2_raw)
     w13, w2 = wd.prepare_experts(*w13_raw), wd.prepare_experts(*w2_raw)
     out32 = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32)
     bound = BOUND_DOT if B >= wd.DOT_MIN_BATCH else 1e-5
     assert rel_err(out32, ref) <= bound
     assert rel_err(wd.moe_decode(x, ids, weights, w13, w2), ref) <= BOUND_BF16_OUT
+    for use_dot in (False, True):  # both inner-product paths at every batch
+        assert rel_err(wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, use_dot=use_dot), ref) \
+            <= (BOUND_DOT if use_dot else 1e-5)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_cuda_graph_replay_with_new_routing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moe_decode at B = 4 captured in a CUDA graph, replayed after the routing and x changed in place: equals an
+    eager call (the routing prep never reads device data on the host)."""
+    monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
+    w13, w2 = (wd.prepare_experts(*raw) for raw in k3_width_layer())
+    gen = torch.Generator().manual_seed(5)
+
+    def inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids = torch.stack([torch.randperm(32, generator=gen)[:16] for _ in range(4)]).to(torch.int32)
+        return (torch.randn(4, 3584, generator=gen).to(torch.bfloat16).cuda(), ids.cuda(),
+                torch.rand(4, 16, generator=gen).cuda())
+
+    x, ids, weights = inputs()
+    wd.moe_decode(x, ids, weights, w13, w2)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = wd.moe_decode(x, ids, weights, w13, w2)
+    for t, new in zip((x, ids, weights), inputs()):
+        t.copy_(new)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, wd.moe_decode(x, ids, weights, w13, w2))

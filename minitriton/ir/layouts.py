@@ -259,10 +259,6 @@ class ThreadMap:
         return any(d.tpw * d.wpc * d.spt > d.size for d in self.dims) or \
             any(d.tpw * d.wpc > 1 for d in self.hidden)
 
-    def reg_of_offset(self) -> dict[tuple[int, ...], int]:
-        """offset -> register index (offsets are distinct within a thread)."""
-        return {o: r for r, o in enumerate(self.reg_offsets)}
-
 
 def thread_map(enc: LayoutAttr, shape: Sequence[int]) -> ThreadMap:
     """The ThreadMap of encoding `enc` over `shape`."""
