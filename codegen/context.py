@@ -179,7 +179,7 @@ class KernelContext:
             return self._pro("owner_scalar", "pred", f"setp.eq.u32 {{d}}, {self.tid}, 0;")
         preds = []
         for dm in tmap.dims + tmap.hidden:
-            if dm.spt * dm.tpw * dm.wpc > dm.size:
+            if dm.is_replicated:
                 limit = max(1, dm.size // dm.spt)
                 preds.append(self._pro(("owner_dim", dm), "pred",
                                        f"setp.lt.u32 {{d}}, {self.thread_coord(dm)}, {limit};"))

@@ -135,6 +135,22 @@ def branchy(x_ptr, out_ptr, n, flag, BLOCK: mt.constexpr):
 
 
 @mt.kernel
+def nested_loops(x_ptr, out_ptr, n, m, BLOCK: mt.constexpr):
+    offs = mt.arange(0, BLOCK)
+    acc = mt.zeros((BLOCK,), mt.float32)
+    for i in range(0, n):
+        inner = mt.zeros((BLOCK,), mt.float32)
+        for j in range(0, m):
+            inner = inner + mt.load(x_ptr + (i * m + j) * BLOCK + offs)
+        acc = mt.maximum(acc, inner) + mt.sum(inner, axis=0) * 0.001
+    s = mt.sum(acc, axis=0)
+    while s > 1.0:  # a loop condition from a reduction: uniform across the CTA
+        acc = acc * 0.5
+        s = mt.sum(acc, axis=0)
+    mt.store(out_ptr + offs, acc)
+
+
+@mt.kernel
 def transposes(x_ptr, t_ptr, r_ptr, c_ptr, R: mt.constexpr, C: mt.constexpr):
     r = mt.arange(0, R)
     c = mt.arange(0, C)
@@ -275,6 +291,10 @@ CASES: dict[str, Case] = {
                          (1,), lambda g: [_randn(g, 5, 128), nan_like((128,), torch.float32), 5,
                                           int(torch.randint(0, 2, (1,), generator=g)) * 2 - 1], [1], bound=1e-6,
                          expect=[r"\$L_while_head", r"\$L_else", r"\$L_for_head", r"bra\.uni"]),
+    "nested_loops": Case(dsl(nested_loops, {"x_ptr": P(f32), "out_ptr": P(f32), "n": i32, "m": i32}, {"BLOCK": 256},
+                             {"x_ptr": 16, "out_ptr": 16}),
+                         (1,), lambda g: [torch.rand(12, 256, generator=g) + 0.5, nan_like((256,), torch.float32), 3, 4],
+                         [1], bound=1e-6, expect=[r"\$L_while_head"]),
     "transposes": Case(dsl(transposes, {"x_ptr": P(f32), "t_ptr": P(f32), "r_ptr": P(f32), "c_ptr": P(f32)},
                            {"R": 32, "C": 64}, {"x_ptr": 16, "t_ptr": 16, "r_ptr": 16, "c_ptr": 16}),
                        (1,), lambda g: [_randn(g, 32, 64)] + [nan_like((64, 32), torch.float32) for _ in range(3)],

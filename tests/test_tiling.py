@@ -287,3 +287,10 @@ def test_tiling_rejects_tiled_input_and_verify_catches_broken_ties() -> None:
     add.results[0].type = add.results[0].type.with_encoding(default_layout((64, 2), 4))  # a wrong rank and tie
     with pytest.raises(ValueError, match="share one layout"):
         verify_layouts(func)
+
+
+def test_a_short_run_is_not_replication() -> None:
+    """One thread along a dim whose extent is below sizePerThread holds it alone (found by hypothesis)."""
+    tmap = thread_map(blocked([1, 1, 2], [32, 1, 1], [1, 1, 1], [0, 1, 2]), (32, 1, 1))
+    assert not tmap.replicated and all(tmap.is_owner(t) for t in range(32))
+    assert thread_map(blocked([1, 1, 2], [16, 2, 1], [1, 1, 1], [0, 1, 2]), (32, 1, 1)).replicated

@@ -208,6 +208,11 @@ class DimMap:
         rep, s = divmod(j, self.run)
         return rep * self.tile + s
 
+    @property
+    def is_replicated(self) -> bool:
+        """Whether several thread coordinates along this dim hold the same elements."""
+        return self.tpw * self.wpc > max(1, self.size // self.spt)
+
     def is_owner(self, lane: int, warp: int) -> bool:
         """Whether this thread is the first of the copies of its elements along this dim."""
         return self.spt * self.thread_coord(lane, warp) < self.size
@@ -256,8 +261,7 @@ class ThreadMap:
     @property
     def replicated(self) -> bool:
         """Whether some element is held by more than one thread."""
-        return any(d.tpw * d.wpc * d.spt > d.size for d in self.dims) or \
-            any(d.tpw * d.wpc > 1 for d in self.hidden)
+        return any(d.is_replicated for d in self.dims + self.hidden)
 
 
 def thread_map(enc: LayoutAttr, shape: Sequence[int]) -> ThreadMap:
