@@ -447,11 +447,16 @@ def _int_to_int(ctx: KernelContext, a: str, src: ScalarType, dst: ScalarType) ->
 
 
 def _float_to_int(ctx: KernelContext, x: str, sfx: str, dst: ScalarType) -> str:
-    """Truncate toward zero, saturating at the type's range; NaN -> 0 (cvt.rzi does both)."""
+    """Truncate toward zero, saturating at the type's range; NaN -> 0.
+
+    cvt.rzi saturates, but its NaN result depends on the widths: 0 for f32 -> 32-bit, the most negative integer for
+    64-bit results and for f64 sources (measured on the H200), so NaN is selected to 0 explicitly."""
     width = 64 if dst.bits == 64 else 32
     kind = "s" if dst.is_signed else "u"
-    d = ctx.new("b64" if width == 64 else "b32")
-    ctx.emit(f"cvt.rzi.{kind}{width}.{sfx} {d}, {x};")
+    raw, d, nan = ctx.new("b64" if width == 64 else "b32"), ctx.new("b64" if width == 64 else "b32"), ctx.new("pred")
+    ctx.emit(f"cvt.rzi.{kind}{width}.{sfx} {raw}, {x};")
+    ctx.emit(f"setp.nan.{sfx} {nan}, {x}, {x};")
+    ctx.emit(f"selp.b{width} {d}, 0, {raw}, {nan};")
     if dst.bits < 32:  # saturate to the narrow range explicitly
         lo, hi = (-(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1) if dst.is_signed else (0, (1 << dst.bits) - 1)
         clamped, out = ctx.new("b32"), ctx.new("b32")

@@ -435,7 +435,8 @@ def test_integer_ops_match_the_interpreter_exactly(t: str, gen: torch.Generator)
     ops += [("mt.cmp", [0, 1], "i1", {"predicate": p}) for p in CMPS] + [("mt.select", [2, 0, 1], t, {})]
     a, b = random_values(T[t], 256, gen), random_values(T[t], 256, gen)
     if t != "i1":  # no division by zero, nor MIN / -1 (both undefined)
-        b = torch.where((b == 0) | (b == -1), torch.full_like(b, 3), b)
+        wide = b.to(torch.int64)  # torch has no where() for uint16/32/64 on the CPU
+        b = torch.where((wide == 0) | (wide == -1), torch.full_like(wide, 3), wide).to(b.dtype)
     want, got, ptx = run_elementwise([t, t, "i1"], ops, gen, [a, b, random_values(T["i1"], 256, gen)])
     for (name, _, _, attrs), w, g_ in zip(ops, want, got):
         assert same_values(g_, w), f"{name} {attrs} on {t}"
@@ -626,7 +627,8 @@ def test_gpu_casts_and_integer_ops(src: str, gen: torch.Generator) -> None:
     make = elementwise_kernel([T[src], T[src]], [(o, i, T[r], a) for o, i, r, a in ops])
     a, b = random_values(T[src], 256, gen), random_values(T[src], 256, gen)
     if src in INTS:
-        b = torch.where((b == 0) | (b == -1), torch.full_like(b, 3), b)
+        wide = b.to(torch.int64)  # torch has no where() for uint16/32/64 on the CPU
+        b = torch.where((wide == 0) | (wide == -1), torch.full_like(wide, 3), wide).to(b.dtype)
     args = [a, b] + [nan_like((256,), TORCH[r]) for _, _, r, _ in ops]
     ptx, kernel_name, threads = lower(make)
     want = run_interpreted(make, (1,), args)

@@ -28,9 +28,18 @@ def child() -> None:
     compiled = []
     real = compiler.compile_kernel
     compiler.compile_kernel = lambda *a, **k: compiled.append(1) or real(*a, **k)  # count compiler runs
+    profile = None
+    if os.environ.get("MT_PROFILE"):
+        import cProfile
+        profile = cProfile.Profile()
+        profile.enable()
     t0 = time.perf_counter()
     add_kernel[(x.numel() // 1024,)](x, y, out, x.numel(), BLOCK=1024)
     t1 = time.perf_counter()
+    if profile is not None:
+        import pstats
+        profile.disable()
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
     torch.cuda.synchronize()
     ok = torch.equal(out, x + y)
     print(json.dumps({"first_launch_ms": (t1 - t0) * 1e3, "compiled": len(compiled), "correct": ok}))
@@ -48,6 +57,8 @@ def main() -> int:
             print(out.stdout, out.stderr)
             return 1
         r = json.loads(out.stdout.strip().splitlines()[-1])
+        if label == "warm" and os.environ.get("MT_PROFILE"):
+            print(out.stderr[-6000:])
         runs.append(r)
         print(f"{label} process: first launch {r['first_launch_ms']:.2f} ms, compiler runs {r['compiled']}, "
               f"correct {r['correct']}")
