@@ -230,7 +230,7 @@ def simulate_spec_decode(step_fn: StepFn, *, num_requests: int, batch_rows: int,
                                                       init_state[r].to(device), init_conv[r].to(device), weights)
         ref_o_tail, _, _ = decode_reference(tokens.select(slice(certain + 1, None)), ref_state, ref_conv, weights)
         report.committed_tokens += tokens.q.shape[0]
-        o_errs.append((torch.cat(outputs[r]), torch.cat([ref_o, ref_o_tail]).cpu()))
+        o_errs.append((torch.cat(outputs[r]), torch.cat([ref_o.cpu(), ref_o_tail.cpu()])))
         s_errs.append((final_state[slots[r]], ref_state.cpu()))
         c_errs.append((final_conv[slots[r]], ref_conv.cpu()))
     report.output_error = _stacked_error(o_errs)
