@@ -7,7 +7,6 @@ closure. The on-disk cache key includes it, so editing a helper or a module-leve
 from __future__ import annotations
 
 import hashlib
-import inspect
 import types
 from typing import Any, Callable
 
@@ -51,16 +50,20 @@ def _referenced_values(f: types.FunctionType) -> list[tuple[str, Any]]:
 
 
 def _function_source(f: types.FunctionType) -> str:
-    try:
-        return inspect.getsource(f)
-    except (OSError, TypeError):  # defined in a REPL or exec: fall back to the bytecode
-        return _code_text(f.__code__)
+    """What decides the IR compiled from f, read from its code object (microseconds, unlike inspect.getsource,
+    which re-tokenizes the file and would dominate a cached first launch): bytecode, constants, names, positions
+    (line and column table: the IR's locations come from them), the file, and the annotations and defaults
+    (`BLOCK: mt.constexpr = 128`). Comment-only edits do not change it, and do not change the IR either."""
+    extras = f"{f.__code__.co_filename}\n{f.__annotations__!r}\n{f.__defaults__!r}\n{f.__kwdefaults__!r}\n"
+    return extras + _code_text(f.__code__)
 
 
 def _code_text(code: types.CodeType) -> str:
-    """Bytecode and constants, nested code objects included (their repr would hold a memory address)."""
+    """Bytecode, constants, names and positions, nested code objects included (their repr holds an address)."""
     consts = [_code_text(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
-    return code.co_code.hex() + "|" + "|".join(consts)
+    parts = [code.co_code.hex(), ",".join(code.co_names), ",".join(code.co_varnames), str(code.co_firstlineno),
+             code.co_linetable.hex()]
+    return "|".join(parts + consts)
 
 
 def _global_names(code: types.CodeType) -> set[str]:
