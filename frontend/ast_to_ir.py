@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 from minitriton import language as mtl
 from minitriton.errors import CompilationError
 from minitriton.ir import Block, Builder, Location, Module, Operation, Region, function_body, make_function
-from minitriton.ir.types import PointerType, ScalarType, Type, i1, i32, i64
+from minitriton.ir.types import PointerType, ScalarType, TensorDescType, Type, i1, i32, i64
 
 from .semantic import Number, Semantic, TileValue, describe, python_constant_type, weak_type
 from .source import FunctionSource, InlineFunction, function_source
@@ -705,6 +705,8 @@ class KernelCompiler:
 
     def tile_attribute(self, x: TileValue, name: str) -> Any:
         sem = self.sem
+        if isinstance(x.type, TensorDescType):
+            return self.descriptor_attribute(x, name)
         if name == "shape":
             return x.shape
         if name == "dtype":
@@ -727,6 +729,21 @@ class KernelCompiler:
         if name in methods:
             return BoundMethod(methods[name], name)
         raise CompilationError(f"a {x.type} value has no attribute '{name}'")
+
+    def descriptor_attribute(self, desc: TileValue, name: str) -> Any:
+        """`desc.load(offsets)`, `desc.store(offsets, value)`, `desc.block_shape`, `desc.dtype` of a tensor
+        descriptor argument."""
+        ty = desc.type
+        if name == "block_shape":
+            return ty.block_shape  # type: ignore[union-attr]
+        if name == "dtype":
+            return ty.element  # type: ignore[union-attr]
+        if name == "load":
+            return BoundMethod(lambda offsets: self.sem.descriptor_load(desc, offsets), name)
+        if name == "store":
+            return BoundMethod(lambda offsets, value: self.sem.descriptor_store(desc, offsets, value), name)
+        raise CompilationError(f"a tensor descriptor ({ty}) has no attribute '{name}' "
+                               "(it has load, store, block_shape and dtype)")
 
     def expr_Subscript(self, node: ast.Subscript) -> Any:
         base = self.expr(node.value)

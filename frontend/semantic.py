@@ -15,8 +15,8 @@ from typing import Any, Sequence
 from minitriton.errors import CompilationError
 from minitriton.ir import Builder, Value
 from minitriton.ir.numeric import round_float, wrap_int
-from minitriton.ir.types import (PointerType, ScalarType, TensorType, Type, bf16, f16, f32, f64, i1, i32, i64,
-                                 is_power_of_two, with_scalar)
+from minitriton.ir.types import (PointerType, ScalarType, TensorDescType, TensorType, Type, bf16, f16, f32, f64, i1,
+                                 i32, i64, is_power_of_two, with_scalar)
 
 Number = (int, float, bool)
 INF = builtins.float("inf")
@@ -478,6 +478,44 @@ class Semantic:
         v = self.cast(value, p.dtype.pointee)  # type: ignore[union-attr]
         operands = self.broadcast_all(p, v) if mask is None else self.broadcast_all(p, v, self.to_bool(mask))
         return TileValue(self.b.create1("mt.atomic_add", [o.handle for o in operands], operands[1].type))
+
+    # ---------------------------------------------------------------------------------- tensor descriptors
+
+    def descriptor_operand(self, desc: Any, what: str) -> TensorDescType:
+        if not (isinstance(desc, TileValue) and isinstance(desc.type, TensorDescType)):
+            raise error(f"{what} needs a tensor descriptor (an mt.TensorDescriptor argument), got {describe(desc)}")
+        return desc.type
+
+    def descriptor_coords(self, ty: TensorDescType, offsets: Any, what: str) -> list[Value]:
+        """One i32 scalar per block dim (ints of other widths convert, as TMA coordinates are 32-bit)."""
+        rank = len(ty.block_shape)
+        if isinstance(offsets, (Number, TileValue)) and rank == 1:
+            offsets = (offsets,)
+        if not isinstance(offsets, (tuple, list)) or len(offsets) != rank:
+            raise error(f"{what} needs {rank} offsets (one per dim of the block {list(ty.block_shape)}), "
+                        f"got {describe(offsets)}")
+        coords = []
+        for x in offsets:
+            v = self.to_value(x, like=i32) if isinstance(x, (bool, int)) else x
+            if not isinstance(v, TileValue) or v.is_tile or isinstance(v.dtype, (PointerType, TensorDescType)) \
+                    or not v.dtype.is_int or v.dtype.is_bool:  # type: ignore[union-attr]
+                raise error(f"{what} offsets must be integer scalars, got {describe(x)}")
+            coords.append(self.cast(v, i32).handle)
+        return coords
+
+    def descriptor_load(self, desc: Any, offsets: Any) -> TileValue:
+        ty = self.descriptor_operand(desc, "load_tensor_descriptor")
+        coords = self.descriptor_coords(ty, offsets, "load_tensor_descriptor")
+        return TileValue(self.b.create1("mt.descriptor_load", [desc.handle, *coords], ty.block))
+
+    def descriptor_store(self, desc: Any, offsets: Any, value: Any) -> None:
+        ty = self.descriptor_operand(desc, "store_tensor_descriptor")
+        coords = self.descriptor_coords(ty, offsets, "store_tensor_descriptor")
+        v = self.cast(value, ty.element)
+        if v.is_tile and self.broadcast_shapes(v.shape, ty.block_shape) != ty.block_shape:
+            raise error(f"cannot store a tile of shape {v.shape} into descriptor blocks of shape {ty.block_shape}")
+        v = self.broadcast_to(v, ty.block_shape)
+        self.b.create("mt.descriptor_store", [desc.handle, *coords, v.handle])
 
     # ---------------------------------------------------------------------------------- reductions
 

@@ -23,7 +23,12 @@ def __getattr__(name: str):  # the runtime imports lazily so `import minitriton`
         from .runtime import jit
 
         return getattr(jit, name)
+    if name == "TensorDescriptor":
+        from .runtime.tma import TensorDescriptor
+
+        return TensorDescriptor
     raise AttributeError(f"module 'minitriton' has no attribute {name!r}")
 
 
-__all__ = list(_language_all) + ["kernel", "Kernel", "func", "CompilationError", "InterpreterError"]
+__all__ = list(_language_all) + ["kernel", "Kernel", "TensorDescriptor", "func", "CompilationError",
+                                  "InterpreterError"]

@@ -20,7 +20,7 @@ from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, in
 __all__ = [
     "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
-    "store", "atomic_add", "dot", "where", "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log",
+    "store", "atomic_add", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log",
     "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin", "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum",
     "fma", "cdiv", "cast", "trans", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
 ]
@@ -109,6 +109,21 @@ def store(pointer: Any, value: Any, mask: Any = None, _sem: Any = None) -> None:
 def atomic_add(pointer: Any, value: Any, mask: Any = None, _sem: Any = None) -> Any:
     """Atomically add `value` at `pointer`; returns the previous values."""
     return _sem.atomic_add(pointer, value, mask)
+
+
+@builtin
+def load_tensor_descriptor(desc: Any, offsets: Any, _sem: Any = None) -> Any:
+    """`desc.load(offsets)`: the block of the tensor descriptor `desc` (an `mt.TensorDescriptor` argument) whose first
+    element is at `offsets` (element offsets, outermost dim first), as a tile of the block shape. Elements outside
+    the tensor read as 0. Lowered to a TMA copy into shared memory completed through an mbarrier."""
+    return _sem.descriptor_load(desc, offsets)
+
+
+@builtin
+def store_tensor_descriptor(desc: Any, offsets: Any, value: Any, _sem: Any = None) -> None:
+    """`desc.store(offsets, value)`: write `value` (converted to the descriptor's dtype, broadcast to its block
+    shape) into the block at `offsets`; elements outside the tensor are not written. Lowered to a TMA store."""
+    return _sem.descriptor_store(desc, offsets, value)
 
 
 # ------------------------------------------------------------------------------------------ compute

@@ -599,6 +599,9 @@ class CTA:
         a, b = self.get(ops[1], t), self.get(ops[2], t)
         with np.errstate(all="ignore"):
             unordered = (np.isnan(a) | np.isnan(b)) if t.startswith("f") else np.zeros(self.n, bool)
+            if cmp in ("nan", "num"):  # unordered / ordered tests
+                self.set(ops[0], unordered if cmp == "nan" else ~unordered, "pred", mask)
+                return
             base = cmp.rstrip("u") if cmp not in ("eq", "ne", "lt", "le", "gt", "ge") else cmp
             r = {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[base]
         if cmp.endswith("u") and cmp not in ("eq", "ne", "lt", "le", "gt", "ge"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .core import Operation
-from .types import FunctionType, PointerType, ScalarType, TensorType, Type, with_scalar, i1
+from .types import FunctionType, PointerType, ScalarType, TensorDescType, TensorType, Type, with_scalar, i1
 
 
 class VerifyError(Exception):
@@ -266,6 +266,44 @@ def _atomic_add(o: Operation) -> None:
     _store(Operation("mt.store", o.operands, [], loc=o.loc))
     if strip(o.result.type) != strip(o.operands[1].type):
         fail(o, "result must have the value's type")
+
+
+# ------------------------------------------------------------------------------- tensor descriptors (TMA)
+
+
+def _descriptor_operands(o: Operation, extra: int) -> TensorDescType:
+    """Check (desc, c_0 .. c_{rank-1}, *extra): a descriptor then one i32 coordinate per block dim."""
+    if not o.operands or not isinstance(o.operands[0].type, TensorDescType):
+        fail(o, f"first operand must be a !mt.tensordesc, got {o.operands[0].type if o.operands else 'nothing'}")
+    desc: TensorDescType = o.operands[0].type  # type: ignore[assignment]
+    rank = len(desc.block_shape)
+    if len(o.operands) != 1 + rank + extra:
+        fail(o, f"expects the descriptor, {rank} coordinates{' and a tile' if extra else ''}, "
+                f"got {len(o.operands)} operands")
+    for v in o.operands[1:1 + rank]:
+        if v.type != ScalarType("i32"):
+            fail(o, f"coordinates must be i32 scalars, got {v.type}")
+    return desc
+
+
+@op("mt.descriptor_load", "Reads the box of the descriptor's block shape whose first element sits at the coordinates "
+    "(operands after the descriptor: i32 element offsets, outermost dim first) of the global tensor the descriptor "
+    "describes. Elements outside the tensor (a coordinate < 0 or >= that dim's extent) read as 0 (TMA zero fill). "
+    "The result is the block's tensor type.", pure=False)
+def _descriptor_load(o: Operation) -> None:
+    desc = _descriptor_operands(o, 0)
+    if len(o.results) != 1 or strip(o.result.type) != desc.block:
+        fail(o, f"result must be {desc.block}")
+
+
+@op("mt.descriptor_store", "Writes the tile (last operand, the descriptor's block type) into the box at the "
+    "coordinates (as mt.descriptor_load); elements outside the global tensor are not written (TMA clips).",
+    pure=False)
+def _descriptor_store(o: Operation) -> None:
+    desc = _descriptor_operands(o, 1)
+    counts(o, len(o.operands), 0)
+    if strip(o.operands[-1].type) != desc.block:
+        fail(o, f"the stored tile must be {desc.block}, got {o.operands[-1].type}")
 
 
 # ---------------------------------------------------------------------------------------- elementwise

@@ -22,7 +22,8 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from .core import Block, Location, Module, Operation, Region, Value
-from .types import SCALAR_TYPES, FunctionType, LayoutAttr, PointerType, ScalarType, TensorType, Type
+from .types import (SCALAR_TYPES, FunctionType, LayoutAttr, PointerType, ScalarType, TensorDescType, TensorType,
+                    Type)
 
 __all__ = ["ParseError", "parse_module", "parse_type"]
 
@@ -55,7 +56,8 @@ def parse_module(text: str, filename: str = "<mtir>") -> Module:
 
 
 def parse_type(text: str) -> Type:
-    """Read one type: `i32`, `!mt.ptr<f16>`, `tensor<64x64xf32, #mt.blocked<{...}>>`, `(i32) -> ()`."""
+    """Read one type: `i32`, `!mt.ptr<f16>`, `tensor<64x64xf32, #mt.blocked<{...}>>`, `(i32) -> ()`,
+    `!mt.tensordesc<tensor<64x64xbf16>>`."""
     try:
         return _lark().parse(text, start="type")
     except (UnexpectedInput, _Problem) as e:
@@ -201,8 +203,20 @@ class _ToSyntax(Transformer):
 
     def pointer_type(self, name: Token, pointee: ScalarType) -> PointerType:
         if name != "!mt.ptr":
-            raise _Problem(f"unknown type '{name}'", name)
+            raise _Problem("!mt.tensordesc takes a tensor type" if name == "!mt.tensordesc" else
+                           f"unknown type '{name}'", name)
         return PointerType(pointee)
+
+    def descriptor_type(self, name: Token, block: TensorType) -> TensorDescType:
+        if name != "!mt.tensordesc":
+            raise _Problem("!mt.ptr points to a scalar type" if name == "!mt.ptr" else f"unknown type '{name}'", name)
+        if block.encoding is not None:
+            raise _Problem("a tensor descriptor's block has no layout", name)
+        desc = TensorDescType(block)
+        problem = desc.problem()
+        if problem is not None:
+            raise _Problem(problem, name)
+        return desc
 
     def tensor_type(self, dims: Token | None, element: Type, encoding: LayoutAttr | None) -> TensorType:
         shape = tuple(int(d) for d in dims.split("x")[:-1]) if dims is not None else ()

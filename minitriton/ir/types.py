@@ -3,6 +3,7 @@
 Every type prints as valid MLIR type syntax:
   scalars   i1 i8 ui8 i16 ui16 i32 ui32 i64 ui64 f16 bf16 f32 f64
   pointers  !mt.ptr<f32>            (a global-memory address of an f32)
+  TMA descs !mt.tensordesc<tensor<64x64xbf16>>   (a tensor map moving 64x64 bf16 boxes)
   tensors   tensor<64x128xbf16>     or, after tiling, tensor<64x128xbf16, #mt.blocked<{...}>>
   functions (!mt.ptr<f32>, i32) -> ()
 
@@ -209,6 +210,60 @@ class TensorType(Type):
         dims = "".join(f"{d}x" for d in self.dims)
         enc = f", {self.encoding}" if self.encoding is not None else ""
         return f"tensor<{dims}{self.element}{enc}>"
+
+    __repr__ = __str__
+
+
+# Element types a TMA tensor map can describe (cuTensorMapEncodeTiled's data types; no i1).
+DESCRIPTOR_ELEMENTS = ("i8", "ui8", "i16", "ui16", "i32", "ui32", "i64", "ui64", "f16", "bf16", "f32", "f64")
+TMA_SWIZZLE_BYTES = 128  # the one swizzle mode used: 16-byte chunk j of 128-byte row r holds chunk j ^ (r % 8)
+
+
+@dataclass(frozen=True)
+class TensorDescType(Type):
+    """A TMA tensor descriptor: `!mt.tensordesc<tensor<64x64xbf16>>` describes a global tensor of that element type
+    that loads and stores move in boxes of the block's shape. The global shape and strides are runtime values
+    (inside the host-built tensor map); only the block shape and element type are compile-time."""
+
+    block: TensorType
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return self.block.dims
+
+    @property
+    def element(self) -> ScalarType:
+        return self.block.element  # type: ignore[return-value]
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes one box (one block) occupies in shared memory."""
+        return self.block.numel * self.element.bytes
+
+    @property
+    def swizzle_bytes(self) -> int:
+        """The shared-memory swizzle span the host encodes and the codegen undoes: 128 when a block row is exactly
+        128 bytes (the layout wgmma reads), else 0 (no swizzle). Host and codegen both read it from here."""
+        inner = self.block.dims[-1] * self.element.bytes
+        return TMA_SWIZZLE_BYTES if inner == TMA_SWIZZLE_BYTES else 0
+
+    def problem(self) -> str | None:
+        """Why TMA cannot move this block (None when it can): rank 1 to 5, an element type a tensor map describes,
+        box dims that are powers of two of at most 256, and block rows of a multiple of 16 bytes."""
+        dims, name = self.block.dims, getattr(self.block.element, "name", None)
+        if not 1 <= len(dims) <= 5:
+            return f"a tensor descriptor block has rank 1 to 5, got {len(dims)}"
+        if name not in DESCRIPTOR_ELEMENTS:
+            return f"a tensor descriptor cannot hold {self.block.element} (TMA types: {', '.join(DESCRIPTOR_ELEMENTS)})"
+        if any(not is_power_of_two(d) or d > 256 for d in dims):
+            return f"tensor descriptor block {list(dims)}: each dim must be a power of two of at most 256"
+        if dims[-1] * self.element.bytes % 16:
+            return (f"tensor descriptor block {list(dims)} of {name}: the innermost dim must span a multiple of 16 "
+                    f"bytes, it spans {dims[-1] * self.element.bytes}")
+        return None
+
+    def __str__(self) -> str:
+        return f"!mt.tensordesc<{self.block}>"
 
     __repr__ = __str__
 

@@ -3,15 +3,20 @@
 Nothing here touches the driver, or imports torch or cuda-bindings, at import time: the first launch creates the
 CudaDriver. Tests install a fake with `set_driver` (same methods), so the launch path runs without a GPU.
 
-The interface (what launcher.py and jit.py call):
+The interface (what launcher.py, binder.py and jit.py call):
     current_device() -> int                 torch's current CUDA device (a fake may answer -1: host tensors)
-    current_stream(device) -> int           torch's current stream on that device, as a raw CUstream handle
+    current_stream(device) -> Any           torch's current stream on that device, in a form `launch` takes
     load_function(image, name, device)      cubin bytes or PTX text -> a function handle (module kept alive)
     set_max_dynamic_shared(fn, nbytes)      opt in to more than 48 KB of dynamic shared memory
     max_shared_per_block(device) -> int     the opt-in limit, for a readable error before launching
     launch                                  cuLaunchKernel itself (11 arguments, returns a tuple, first the error)
     error_message(err) -> str               "CUDA_ERROR_X: description"
     ensure_context(device)                  make torch's (primary) context current on this thread
+
+The launch hot path calls current_device, current_stream and launch at every launch: `HOT` holds the active driver
+with those three bound once (set_driver and get_driver keep it current), so a launch reads them with one list
+unpack instead of three attribute lookups. The real driver binds them to C functions (torch's device and raw-stream
+getters, cuda-bindings' cuLaunchKernel), so none of the three runs Python code.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ class CudaError(RuntimeError):
 
 
 class CudaDriver:
-    """The real driver. Created on first use; binds cuLaunchKernel directly so the hot path has no wrapper."""
+    """The real driver. Created on first use; binds the three per-launch calls to C functions directly."""
 
     def __init__(self) -> None:
         import torch
@@ -38,20 +43,14 @@ class CudaDriver:
         self.launch = cu.cuLaunchKernel
         # torch.cuda.current_device without its lazy-init check (done above).
         self.current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
-        # The raw-stream getter Triton uses: far cheaper than torch.cuda.current_stream().cuda_stream.
+        # The raw-stream getter Triton uses: far cheaper than torch.cuda.current_stream().cuda_stream. It answers
+        # the handle as an int, which cuLaunchKernel takes as it is (converting it costs less than a Python-level
+        # cache of CUstream objects would).
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        self._raw_stream = raw if raw is not None else (lambda device: torch.cuda.current_stream(device).cuda_stream)
-        self._streams: dict[int, Any] = {}  # raw handle -> CUstream, so launches do not build one per call
+        self.current_stream = raw if raw is not None else (
+            lambda device: torch.cuda.current_stream(device).cuda_stream)
         self._modules: list[Any] = []  # keeps every loaded module alive as long as the driver
         self._check(cu.cuInit(0), "cuInit")
-
-    def current_stream(self, device: int) -> Any:
-        """torch's current stream on `device` as a CUstream (cached per handle)."""
-        raw = self._raw_stream(device)
-        stream = self._streams.get(raw)
-        if stream is None:
-            stream = self._streams[raw] = self.cu.CUstream(raw)
-        return stream
 
     def _check(self, result: tuple, what: str) -> Any:
         err, *rest = result
@@ -104,20 +103,35 @@ class CudaDriver:
 
 _active: Any = None
 _lock = threading.Lock()
+# [driver, current_device, current_stream, launch] of the active driver; all None until there is one.
+HOT: list[Any] = [None, None, None, None]
+
+
+def _install(driver: Any) -> None:
+    global _active
+    _active = driver
+    # One slice assignment: a launch on another thread unpacks either the old four or the new four.
+    HOT[:] = [None] * 4 if driver is None else [driver, driver.current_device, driver.current_stream, driver.launch]
 
 
 def get_driver() -> Any:
     """The active driver, created on first call (this is the first thing that needs a GPU)."""
-    global _active
     if _active is None:
         with _lock:
             if _active is None:
-                _active = CudaDriver()
+                _install(CudaDriver())
     return _active
+
+
+def activate() -> list[Any]:
+    """HOT after creating the driver if there is none yet (the launch hot path's first call)."""
+    get_driver()
+    return list(HOT)
 
 
 def set_driver(driver: Any) -> Any:
     """Install `driver` (a fake in tests; None to go back to the real one on next use). Returns the previous one."""
-    global _active
-    previous, _active = _active, driver
+    with _lock:
+        previous = _active
+        _install(driver)
     return previous

@@ -1,10 +1,20 @@
 """`@mt.kernel` and the Kernel object: `kernel[grid](*args, **constexprs_and_options)`.
 
-A launch binds the arguments to the Python function's parameters, summarises the runtime arguments into a
-specialization key (specialize.py: dtype and 16-byte alignment of each tensor, i32/i64, ==1 and %16 of each int), and
-looks the key up in an in-memory dict of ready Launchers. On a miss it looks in the on-disk cache (cache.py) and
-only then compiles (compiler.py). Everything a launch needs afterwards — the parameter buffer, the function handle —
-is built once per key, so the hot path is: bind, key, dict lookup, pack the slots, cuLaunchKernel.
+How a launch works. `kernel[grid]` returns a launch function generated once per kernel (binder.py), with the
+kernel's own parameter list, cached per grid tuple (the grid is validated once, when its function is made). The
+function summarises the runtime arguments into a specialization key (dtype and 16-byte alignment of each tensor,
+i32/i64, ==1 and %16 of each int, float), looks it up in a dict of launch entries, and on a hit packs the raw values
+into the variant's preallocated parameter buffer and calls cuLaunchKernel: no Python-level loop, no allocation
+beyond the key tuple, three driver calls (current device, current stream, launch). See binder.py for the steps and
+for how each unusual argument leaves that path.
+
+The slow path (`_launch_miss`) runs once per key and device: it recomputes the key in Triton's spelling
+(`_specialize`, the readable reference for what the hot path inlines), validates, finds the compiled variant in
+memory, else in the on-disk cache (cache.py), else compiles (compiler.py), loads the function and records the entry.
+
+`kernel.prepare(grid, *args, **kwargs)` returns a PreparedLaunch bound to one variant: calling it re-launches with
+the same arguments, or with new runtime arguments that fit the same specialization (checked), without binding or
+looking anything up (see prepared.py).
 
 MINITRITON_INTERPRET=1 (read at every launch) instead builds the tile IR and runs it on CPU tensors through the
 interpreter. `kernel.specialize(signature=..., **constexprs)` declares ahead-of-time specializations for
@@ -24,9 +34,11 @@ from typing import Any, Callable, Sequence
 
 from minitriton import compiler  # light: the frontend, passes and codegen load on first compile
 
+from . import binder
 from . import driver as _driver
 from .cache import DiskCache, compiler_version, digest
 from .launcher import Launcher
+from .tma import TensorDescriptor
 from .fingerprint import source_fingerprint
 from .specialize import (ArgSpec, SignatureError, int_code, parse_arg_spec, parse_signature, supported_dtypes,
                          torch_pointer_codes)
@@ -38,7 +50,9 @@ VALID_NUM_WARPS = (1, 2, 4, 8, 16, 32)
 # torch.Tensor and {torch dtype: pointer codes}, bound at the first launch so `import minitriton` skips torch.
 Tensor: Any = None
 POINTER_CODES: dict[Any, tuple[str, str]] = {}
-_MISSING = object()
+_MISSING = binder.MISSING
+# Launch functions kept per kernel, one per grid; beyond this many distinct grids the cache starts over.
+MAX_CACHED_GRIDS = 1024
 
 
 def _load_torch() -> None:
@@ -122,9 +136,12 @@ class Kernel:
         self.options = {"num_warps": num_warps, "num_stages": num_stages}
         self.specializations: list[AotSpec] = []
         self._init_params()
-        self._variants: dict[tuple, Any] = {}  # specialization key -> Launcher
+        self._variants: dict[tuple, Any] = {}  # specialization key (Triton's spelling) -> Launcher
+        self._entries: dict[tuple, tuple] = {}  # the hot path's key -> Launcher.entry (see binder.py)
+        self._launch_fns: dict[Any, Callable[..., None]] = {}  # grid -> generated launch function
+        self._factories: tuple[Any, Any] | None = None  # binder factories: (static grid, callable grid)
         self._interpreted: dict[tuple, tuple[Any, list[int]]] = {}  # key -> (interpreter program, arg positions)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._fingerprint: str | None = None
 
     def _init_params(self) -> None:
@@ -151,30 +168,82 @@ class Kernel:
     # ----------------------------------------------------------------------------------------- launch
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
-        return functools.partial(self.run, grid)
+        try:
+            return self._launch_fns[grid]
+        except (KeyError, TypeError):  # a new grid, or an unhashable one (a list)
+            return self._new_launch_fn(grid)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(f"kernel '{self.__name__}' is launched as {self.__name__}[grid](...), not called directly")
 
     def run(self, grid: Any, *args: Any, **kwargs: Any) -> None:
         """Launch on `grid` (a tuple of 1-3 ints, or a callable of the meta-parameters dict returning one)."""
-        if interpreting():
-            return self._interpret(grid, args, kwargs)
-        values, num_warps, num_stages = self._bind(args, kwargs)
-        driver = _driver.get_driver()
-        device = driver.current_device()
+        return self[grid](*args, **kwargs)
+
+    def _new_launch_fn(self, grid: Any) -> Callable[..., None]:
+        """Make the launch function of `grid` (validated here, once) and keep it when the grid is hashable.
+
+        A grid equal to a cached one reuses its function: `(1.0,)` after `(1,)` launches grid (1,)."""
+        if self._factories is None:
+            if Tensor is None:
+                _load_torch()
+            with self._lock:
+                if self._factories is None:
+                    self._factories = (binder.build_factory(self, Tensor, callable_grid=False),
+                                       binder.build_factory(self, Tensor, callable_grid=True))
+        static, dynamic = self._factories
+        if callable(grid):
+            fn = dynamic(grid, None, None, None)
+        else:
+            gx, gy, gz = self._grid(grid, (), 0, 0)
+            fn = static((gx, gy, gz), gx, gy, gz)
+        try:
+            if len(self._launch_fns) >= MAX_CACHED_GRIDS:
+                self._launch_fns.clear()
+            self._launch_fns[grid] = fn
+        except TypeError:
+            pass
+        return fn
+
+    def clear_cache(self) -> None:
+        """Forget every in-memory variant, launch entry and launch function (the disk cache stays)."""
+        with self._lock:
+            for cache in (self._variants, self._entries, self._launch_fns, self._interpreted):
+                cache.clear()
+
+    def _launch_miss(self, fast_key: tuple, grid: Any, values: Sequence[Any], num_warps: int, num_stages: int,
+                     driver: Any, device: int) -> None:
+        """The slow path of a launch whose key has no entry yet (or whose entry belongs to a replaced driver):
+        validate, find or build the variant, record its entry under the hot path's key, launch."""
+        self._check_complete(values)
         key, raw = self._specialize(values, num_warps, num_stages, device, False)
         gx, gy, gz = self._grid(grid, values, num_warps, num_stages)
-        try:
-            launcher = self._variants.get(key)
-        except TypeError:
-            raise self._unhashable_constexpr(values) from None
+        launcher = self._variants.get(key)
         if launcher is None:
             launcher = self._build(key, values, num_warps, num_stages)
-        launcher(driver, device, gx, gy, gz, raw)
+        entry = launcher.entry(driver, device)
+        self._entries[fast_key] = entry
+        fn = entry[1]
+        err = launcher.launch(driver.launch, fn, gx, gy, gz, driver.current_stream(device), raw)
+        if err:
+            launcher.launch_failed(driver, err, device, (gx, gy, gz), raw)
+
+    def _bad_call(self, values: Sequence[Any], extra: tuple, unknown: dict) -> None:
+        """Too many positional arguments, or keywords that name no parameter (the generated function collects
+        them in *extra / **unknown only to get here)."""
+        if extra:
+            raise TypeError(f"kernel '{self.__name__}' takes {self._nparams} arguments "
+                            f"({', '.join(self.arg_names)}) but {self._nparams + len(extra)} were given")
+        raise self._extra_keyword_error(unknown, self._nparams)
+
+    def _check_complete(self, values: Sequence[Any]) -> None:
+        missing = [n for n, v in zip(self.arg_names, values) if v is _MISSING]
+        if missing:
+            raise TypeError(self._missing_message(missing))
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple[Sequence[Any], int, int]:
-        """Arguments in parameter order, plus the options (TypeError naming the problem parameter)."""
+        """Arguments in parameter order, plus the options (TypeError naming the problem parameter). The generic
+        binding, for `specialization_key` and `prepare`; launches bind through the generated function."""
         n = len(args)
         options = self.options
         if not kwargs and n == self._nparams:
@@ -216,10 +285,9 @@ class Kernel:
 
     def _specialize(self, values: Sequence[Any], num_warps: int, num_stages: int, device: int,
                     interpret: bool) -> tuple[tuple, list]:
-        """The specialization key and the raw slot values (data_ptr for tensors) of the runtime arguments.
-
-        This is the launch hot path: one pass over the arguments, the common types tested first by identity.
-        """
+        """The specialization key (Triton's spelling) and the raw slot values (data_ptr for tensors) of the runtime
+        arguments, with every check a launch makes. The slow path and `specialization_key` use it; the generated
+        launch function (binder.py) inlines the same classification for the common types."""
         if Tensor is None:
             _load_torch()
         key: list[Any] = []
@@ -250,7 +318,7 @@ class Kernel:
                 key.append(codes[not ptr & 15])
                 raw.append(ptr)
             else:
-                code, value = self._other_argument(i, a)
+                code, value = self._other_argument(i, a, values)
                 key.append(code)
                 raw.append(value)
         for i in self._constexpr_idx:
@@ -265,7 +333,8 @@ class Kernel:
         values, num_warps, num_stages = self._bind(args, dict(kwargs))
         if Tensor is None:
             _load_torch()
-        devices = [values[i].get_device() for i in self._runtime_idx if isinstance(values[i], Tensor)]
+        devices = [getattr(values[i], "tensor", values[i]).get_device() for i in self._runtime_idx
+                   if isinstance(values[i], (Tensor, TensorDescriptor))]
         return self._specialize(values, num_warps, num_stages, devices[0] if devices else -1, False)[0]
 
     def _int_code(self, index: int, value: int) -> str:
@@ -275,9 +344,16 @@ class Kernel:
             raise ValueError(f"argument '{self.arg_names[index]}' of kernel '{self.__name__}' = {value} does not "
                              f"fit in a 64-bit integer") from None
 
-    def _other_argument(self, index: int, a: Any) -> tuple[str, Any]:
-        """numpy scalars and other number types; anything else is a TypeError naming the parameter."""
+    def _other_argument(self, index: int, a: Any, values: Sequence[Any]) -> tuple[str, Any]:
+        """bools, numpy scalars and other number types; anything else is a TypeError naming the parameter (or
+        every missing one, when `a` was not given)."""
+        if a is _MISSING:
+            self._check_complete(values)
         name = self.arg_names[index]
+        if type(a) is TensorDescriptor:  # the Launcher packs its 128-byte tensor map (runtime/tma.py)
+            return a.code, a
+        if type(a) is bool:
+            return "i1", a
         if type(a).__module__ == "numpy" and type(a).__name__ in ("bool", "bool_"):
             return "i1", bool(a)
         if isinstance(a, numbers.Integral):
@@ -287,7 +363,8 @@ class Kernel:
             return "fp32", float(a)
         what = "None" if a is None else f"a {type(a).__module__}.{type(a).__qualname__}"
         raise TypeError(f"argument '{name}' of kernel '{self.__name__}' is {what}; runtime arguments are torch "
-                        f"tensors, ints, floats or bools (annotate it `: mt.constexpr` to pass it at compile time)")
+                        f"tensors, mt.TensorDescriptors, ints, floats or bools (annotate it `: mt.constexpr` to pass "
+                        f"it at compile time)")
 
     def _device_error(self, index: int, values: Sequence[Any], device: int, interpret: bool) -> ValueError:
         name, tensor = self.arg_names[index], values[index]
@@ -409,12 +486,12 @@ class Kernel:
 
     # --------------------------------------------------------------------------------- interpreting
 
-    def _interpret(self, grid: Any, args: tuple, kwargs: dict) -> None:
+    def _run_interpreted(self, grid: Any, values: Sequence[Any], num_warps: int, num_stages: int) -> None:
         """Build the tile IR (canonicalize only) once per key and run it on CPU tensors in the interpreter.
 
         The interpreter takes the kernel's IR arguments in order: runtime parameters, including those equal to 1
         (the frontend folds their value but keeps them in the signature), matched by name."""
-        values, num_warps, num_stages = self._bind(args, kwargs)
+        self._check_complete(values)
         key, _ = self._specialize(values, num_warps, num_stages, -1, True)
         grid3 = self._grid(grid, values, num_warps, num_stages)
         try:

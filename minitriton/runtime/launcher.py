@@ -4,8 +4,13 @@ cuLaunchKernel takes `void **kernelParams`: one pointer per kernel parameter, ea
 A ParamBuffer builds that once per compiled variant — a byte buffer with one aligned slot per parameter and the
 array of pointers to the slots — so a launch only packs the new pointer and scalar values into the slots (one
 `struct.pack_into`) and hands the driver the same address every time. Nothing is allocated on the device and nothing
-synchronizes, so launches can be captured into CUDA graphs (the driver copies the parameters at launch / capture).
-A lock per variant keeps concurrent launches from different threads from overwriting each other's slots.
+synchronizes, so launches can be captured into CUDA graphs (the driver copies the parameters during the call).
+
+The launch hot path itself is generated per kernel (binder.py); it reads a Launcher's `entry(driver, device)`, a
+tuple of everything one launch needs, and packs and launches inline. Threads: the driver call releases the GIL, so
+two threads packing one buffer could each launch with the other's values. Instead of a lock on every launch, the
+buffer belongs to one thread (`owner`, the first to launch the variant); any other thread launches through
+`launch_shared`, which packs a second buffer under a lock.
 """
 from __future__ import annotations
 
@@ -16,10 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .driver import CudaError
+from minitriton.ir.types import TensorDescType
+
 from .specialize import parse_arg_spec
 
 # The default dynamic shared memory a kernel may use without opting in.
 SHARED_WITHOUT_OPT_IN = 48 * 1024
+# What struct raises for a value that does not fit its slot.
+PACK_ERRORS = (struct.error, OverflowError, TypeError)
 
 
 @dataclass(frozen=True)
@@ -40,11 +49,12 @@ _FLOAT = {2: "e", 4: "f", 8: "d"}
 def slot_for(name: str, type_code: str, size: int, align: int) -> Slot:
     """The slot of a parameter whose Triton-spelled type is `type_code` and whose PTX declaration has `size` bytes.
 
-    `bytes` (an opaque `.b8 x[N]` parameter such as a TMA descriptor) is packed from a bytes object.
+    `bytes` (an opaque `.b8 x[N]` parameter) and `tensordesc<...>` (a TMA tensor map, runtime/tma.py) are packed
+    from a bytes object.
     """
-    if type_code == "bytes":
+    ty = None if type_code == "bytes" else parse_arg_spec(type_code).type
+    if ty is None or isinstance(ty, TensorDescType):  # a tensor map travels as its 128 bytes
         return Slot(name, f"{size}s", size, align)
-    ty = parse_arg_spec(type_code).type
     if ty.is_pointer:
         table = {8: "Q"}
     elif ty.is_float:  # type: ignore[union-attr]
@@ -101,31 +111,80 @@ class Launcher:
             raise RuntimeError(f"compiled kernel '{self.name}' has parameters {missing} that the Python function "
                                f"does not pass at runtime")
         take = [position[p["name"]] for p in params]
-        # Usually every runtime argument is a parameter, in order: then the packing needs no reordering.
+        # Usually every runtime argument is a parameter, in order: then packing is struct.pack_into itself.
         self.take = None if take == list(range(len(runtime_names))) else take
+        self.pack = self.params.pack if self.take is None else self._pack_reordered
+        # Tensor descriptors arrive as TensorDescriptor objects; their slots take the 128-byte tensor map.
+        self.descriptor_slots = [i for i, p in enumerate(params) if p["type"].startswith("tensordesc<")]
+        if self.descriptor_slots:
+            self.pack = self._pack_with_tensor_maps
         self.driver: Any = None
         self.functions: dict[int, Any] = {}
+        self.owner: int | None = None  # the thread that packs self.params (see the module docstring)
+        self.shared_params: ParamBuffer | None = None  # the buffer of every other thread, packed under self.lock
         self.lock = threading.Lock()
 
-    def __call__(self, driver: Any, device: int, gx: int, gy: int, gz: int, raw: list) -> None:
+    def _pack_reordered(self, buffer: Any, offset: int, *raw: Any) -> None:
+        self.params.struct.pack_into(buffer, offset, *[raw[i] for i in self.take])  # type: ignore[union-attr]
+
+    def _pack_with_tensor_maps(self, buffer: Any, offset: int, *raw: Any) -> None:
+        values = list(raw) if self.take is None else [raw[i] for i in self.take]
+        for i in self.descriptor_slots:
+            values[i] = values[i].tensor_map()
+        self.params.struct.pack_into(buffer, offset, *values)
+
+    def function(self, driver: Any, device: int) -> Any:
+        """The function handle on `device`, loaded through `driver` on first use."""
         if driver is not self.driver:  # a different driver (tests swap in fakes): handles are not shared
             self.driver, self.functions = driver, {}
         fn = self.functions.get(device)
-        if fn is None:
-            fn = self._load(driver, device)
-        params = self.params
-        stream = driver.current_stream(device)
-        # One buffer per variant: two threads launching it at once must not interleave pack and launch (the
-        # driver copies the parameters during cuLaunchKernel, which runs without the GIL).
+        return fn if fn is not None else self._load(driver, device)
+
+    def entry(self, driver: Any, device: int) -> tuple:
+        """What the generated launch function unpacks on a hit (binder.py): loads the function if needed."""
+        fn = self.function(driver, device)
         with self.lock:
-            try:
-                params.pack(params.buffer, 0, *(raw if self.take is None else [raw[i] for i in self.take]))
-            except (struct.error, OverflowError) as e:
-                raise self._pack_error(raw, e) from None
-            err = driver.launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared, stream, params.address,
-                                0)[0]
+            if self.owner is None:
+                self.owner = threading.get_ident()
+        params = self.params
+        return (driver, fn, self.pack, params.buffer, params.address, self.threads, self.dynamic_shared, self.owner,
+                self)
+
+    def __call__(self, driver: Any, device: int, gx: int, gy: int, gz: int, raw: list) -> None:
+        """Launch on torch's current stream of `device` (the generic path; binder.py inlines the same steps)."""
+        fn = self.function(driver, device)
+        err = self.launch(driver.launch, fn, gx, gy, gz, driver.current_stream(device), raw)
         if err:
-            self._launch_failed(driver, err, device, (gx, gy, gz), raw)
+            self.launch_failed(driver, err, device, (gx, gy, gz), raw)
+
+    def launch(self, launch: Any, fn: Any, gx: int, gy: int, gz: int, stream: Any, raw: Sequence[Any]) -> Any:
+        """Pack `raw` (runtime argument values, in the Python function's order) and launch; returns the error."""
+        if self.owner is None:
+            with self.lock:
+                if self.owner is None:
+                    self.owner = threading.get_ident()
+        if threading.get_ident() != self.owner:
+            return self.launch_shared(launch, fn, gx, gy, gz, stream, raw)
+        params = self.params
+        try:
+            self.pack(params.buffer, 0, *raw)
+        except PACK_ERRORS as e:
+            raise self.pack_error(raw, e) from None
+        return launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared, stream, params.address, 0)[0]
+
+    def launch_shared(self, launch: Any, fn: Any, gx: int, gy: int, gz: int, stream: Any,
+                      raw: Sequence[Any]) -> Any:
+        """A launch from a thread that does not own the variant's buffer: a second buffer, one thread at a time
+        (the lock is held through the driver call, which reads the buffer without the GIL)."""
+        with self.lock:
+            if self.shared_params is None:
+                self.shared_params = ParamBuffer(self.params.slots)
+            params = self.shared_params
+            try:
+                self.pack(params.buffer, 0, *raw)
+            except PACK_ERRORS as e:
+                raise self.pack_error(raw, e) from None
+            return launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared, stream, params.address, 0)[0]
 
     def _load(self, driver: Any, device: int) -> Any:
         compiled = self.compiled
@@ -142,23 +201,22 @@ class Launcher:
         self.functions[device] = fn
         return fn
 
-    def _pack_error(self, raw: list, error: Exception) -> ValueError:
+    def pack_error(self, raw: Sequence[Any], error: Exception) -> ValueError:
         values = raw if self.take is None else [raw[i] for i in self.take]
         for slot, value in zip(self.params.slots, values):
             try:
                 struct.pack("<" + slot.fmt, value)
-            except (struct.error, OverflowError) as e:
+            except PACK_ERRORS as e:
                 return ValueError(f"argument '{slot.name}' = {value!r} of kernel '{self.name}' does not fit its "
                                   f"{slot.size}-byte parameter: {e}")
         return ValueError(f"cannot pack the arguments of kernel '{self.name}': {error}")
 
-    def _launch_failed(self, driver: Any, err: Any, device: int, grid: tuple, raw: list) -> None:
-        if driver.is_invalid_context(err):  # a thread without torch's context current: make it current, retry
+    def launch_failed(self, driver: Any, err: Any, device: int, grid: tuple, raw: Sequence[Any]) -> None:
+        """After a failed cuLaunchKernel: retry once on a thread without torch's context current, else raise."""
+        if driver.is_invalid_context(err):
             driver.ensure_context(device)
-            with self.lock:
-                self.params.pack(self.params.buffer, 0, *(raw if self.take is None else [raw[i] for i in self.take]))
-                err = driver.launch(self.functions[device], *grid, self.threads, 1, 1, self.dynamic_shared,
-                                    driver.current_stream(device), self.params.address, 0)[0]
+            err = self.launch(driver.launch, self.function(driver, device), *grid, driver.current_stream(device),
+                              raw)
             if not err:
                 return
         raise CudaError(f"cuLaunchKernel of kernel '{self.name}' (grid {grid}, {self.threads} threads, "

@@ -8,6 +8,7 @@ specialization key (cheap to hash: Python caches string hashes) and a Triton-sty
     i32:16     32-bit int known to be a multiple of 16
     i32=1      32-bit int equal to 1 (the kernel is compiled with the value folded in)
     i64, fp32, i1
+    tensordesc<bf16[64,64]>   a TMA tensor descriptor of bf16 moved in 64x64 blocks (runtime/tma.py)
 
 `parse_arg_spec` turns such a code back into an ArgSpec (type, divisibility, equal-to-one) and is the one parser for
 these spellings: the launch path decodes its keys with it, and `parse_signature` (the AOT `--signature
@@ -19,7 +20,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from minitriton.ir.types import PointerType, ScalarType, TRITON_SPELLINGS, Type
+from minitriton.ir.types import PointerType, ScalarType, TensorDescType, TRITON_SPELLINGS, Type
 
 # Integer ranges a Python int is passed in; anything else cannot be a kernel argument.
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
@@ -53,6 +54,10 @@ def type_spelling(ty: Type) -> str:
         return "*" + ty.pointee.triton_name
     if isinstance(ty, ScalarType):
         return ty.triton_name
+    if isinstance(ty, TensorDescType):
+        from .tma import descriptor_code
+
+        return descriptor_code(ty)
     raise TypeError(f"{ty} has no Triton spelling")
 
 
@@ -60,6 +65,16 @@ def type_spelling(ty: Type) -> str:
 def parse_arg_spec(text: str) -> ArgSpec:
     """Parse `*fp32`, `*bf16:16`, `i32`, `i32:16`, `i32=1`, `fp32` into an ArgSpec (SignatureError if unknown)."""
     body = text.strip()
+    if body.startswith("tensordesc<"):  # a TMA tensor descriptor: `tensordesc<bf16[64,64]>` (runtime/tma.py)
+        from .tma import parse_descriptor_code
+
+        try:
+            desc = parse_descriptor_code(body)
+        except ValueError as e:
+            raise SignatureError(str(e)) from None
+        if desc is None:
+            raise SignatureError(f"bad tensor descriptor type {text!r}; expected e.g. tensordesc<bf16[64,64]>")
+        return ArgSpec(desc)
     equal_to_one = body.endswith("=1")
     if equal_to_one:
         body = body[:-2]
@@ -95,7 +110,7 @@ def parse_signature(signature: str, runtime_params: Sequence[str],
     order of runtime parameters). Constexpr parameters are not part of a signature: their values are given as
     keyword arguments (or `-D NAME=VALUE`).
     """
-    entries = [e.strip() for e in signature.split(",")]
+    entries = [e.strip() for e in split_top_level(signature)]
     if entries == [""]:
         entries = []
     if any(not e for e in entries):
@@ -122,6 +137,21 @@ def parse_signature(signature: str, runtime_params: Sequence[str],
     if missing:
         raise SignatureError(f"signature {signature!r} gives no type for parameter(s) {', '.join(missing)}")
     return {p: named[p] for p in runtime_params}
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split at the commas outside brackets (`tensordesc<bf16[64,64]>` holds commas of its own)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "[<":
+            depth += 1
+        elif c in "]>":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def _split_entry(entry: str, runtime_params: Sequence[str],
