@@ -1,8 +1,12 @@
 """Launch overhead: host microseconds per launch, MiniTriton vs Triton JIT vs raw cuda-bindings cuLaunchKernel.
 
-Two kernels: an empty one (no parameters) and a 3-tensor one (x, y, out, n: a 128-element masked add). The raw
-launch calls cuLaunchKernel on MiniTriton's own compiled function with its prebuilt parameter array: it is the floor
-(what the driver call alone costs from Python), so floor/ours is the share of our launch spent in the driver.
+Two kernels: an empty one (no parameters) and a 3-tensor one (x, y, out, n: a 128-element masked add), launched as
+users do (`add3[(1,)](x, y, out, n, BLOCK=128)`: the grid lookup, binding and specialization key are part of the
+time). Two more rows time `add3.prepare(...)`, a launch function bound to the variant: called with no arguments it
+re-launches the prepared ones, called with new tensors it checks that they fit the variant (no Triton peer).
+The raw launch calls cuLaunchKernel on MiniTriton's own compiled function with its prebuilt parameter array: it is
+the floor (what the driver call alone costs from Python), so floor/ours is the share of our launch spent in the
+driver. tools/launch_profile.py breaks the Python side down on the CPU.
 """
 from __future__ import annotations
 
@@ -73,4 +77,13 @@ def run() -> Table:
             triton_fn()
             peer_times[f"triton {peers.triton.__version__}"] = host_time_us(triton_fn)
         table.add(name, shape, host_time_us(ours), peer_times, floor=floor)
+    prepared = add3.prepare((1,), x, y, out, N, BLOCK=N)
+    out.zero_()
+    prepared(x, y, out, N)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, x + y)
+    floor = host_time_us(raw_launch(add3))
+    table.add("3 tensors, prepared()", f"n={N}, same arguments", host_time_us(prepared), {}, floor=floor)
+    table.add("3 tensors, prepared(x, y, out, n)", f"n={N}, arguments checked",
+              host_time_us(lambda: prepared(x, y, out, N)), {}, floor=floor)
     return table

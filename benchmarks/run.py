@@ -16,6 +16,7 @@ from .harness import RESULTS_DIR, Row, Table, log
 # table name -> module (imported only when listed or run)
 TABLES: dict[str, str] = {
     "launch": "benchmarks.launch_overhead",
+    "bandwidth": "benchmarks.bandwidth",
     "flash_kda": "benchmarks.bench_flash_kda",
     "warp_decode": "benchmarks.bench_warp_decode",
 }

@@ -34,7 +34,9 @@ class KernelContext:
         self.prologue: list[str] = []
         self.values: dict[Value, list[str]] = {}
         self.smem_bytes = 0
+        self.smem_align = 16  # alignment of the smem buffer (TMA raises it: 128, or 1024 for 128B-swizzled boxes)
         self.smem_limit = SMEM_LIMIT  # read when the context is made, so tests can shrink it
+        self.shared_decls: list[str] = []  # other .shared variables (mbarriers), declared after smem
         self.files: dict[str, int] = {}
         self._loc: tuple[int, int, int] | None = None
         self._labels = 0
@@ -106,6 +108,11 @@ class KernelContext:
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]
+
+    def in_prologue(self, key: object, cls: str, text: str) -> str:
+        """A register computed once in the prologue by `text` ({d} is the destination), cached under `key`: for
+        per-thread values that depend only on %tid (addresses, predicates)."""
+        return self._pro(key, cls, text)
 
     def const(self, lit: str, cls: str) -> str:
         """A register holding the immediate `lit` (emitted once, in the prologue)."""

@@ -1,5 +1,6 @@
-"""mt.dot on CUDA cores: acc + a @ b with f32 FMAs (tensor-core lowering, mma.sync / wgmma, is a later step and
-will replace this module's entry point for the shapes it supports).
+"""mt.dot on CUDA cores: acc + a @ b with f32 FMAs — the path of dots that passes/dot_lowering.py left off the tensor
+cores (f32 inputs, shapes the mma instructions do not tile); `lower_dot` sends the others to codegen/mma.py
+(mma.sync) and codegen/wgmma.py (wgmma).
 
   1. a (M x K) and b (K x N), whatever their layouts, are written to shared memory as f32 (bf16 / f16 convert
      exactly; input_precision "tf32" rounds f32 inputs with cvt.rna.tf32.f32): A row-major with rows padded by
@@ -22,6 +23,16 @@ UNROLL = 4
 
 
 def lower_dot(ctx: KernelContext, op: Operation) -> None:
+    """mt.dot: on tensor cores when passes/dot_lowering.py gave it an `#mt.mma` result (version 2: mma.sync,
+    codegen/mma.py; version 3: wgmma, codegen/wgmma.py), else FMAs on CUDA cores (below)."""
+    enc = op.result.type.encoding
+    if enc is not None and enc.kind == "mma":
+        if enc.get("version") == 2:
+            from .mma import lower_dot as lower_mma
+        else:
+            from .wgmma import lower_dot as lower_mma  # type: ignore[no-redef]
+        lower_mma(ctx, op)
+        return
     a_v, b_v, c_v = op.operands
     (m, k), n = a_v.type.shape, b_v.type.shape[1]
     kc = k

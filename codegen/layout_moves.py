@@ -183,6 +183,12 @@ def lower_splat(ctx: KernelContext, op: Operation) -> None:
 
 
 def lower_convert_layout(ctx: KernelContext, op: Operation) -> None:
+    enc = op.result.type.encoding
+    if enc is not None and enc.kind == "dot_op":  # mma.sync operand fragments: ldmatrix (codegen/mma.py)
+        from .mma import lower_to_dot_operand
+
+        lower_to_dot_operand(ctx, op)
+        return
     strides = row_major_strides(op.result.type.shape)
     move(ctx, op, identity, strides, strides)
 

@@ -64,8 +64,10 @@ def _and(ctx: KernelContext, a: str | None, b: str | None) -> str | None:
 # ------------------------------------------------------------------------------------------------ loads
 
 
-def load_run(ctx: KernelContext, t: ScalarType, addr: str, n: int, pred: str | None) -> list[str]:
-    """Load n consecutive elements of type t at addr (one vector access); 0 where pred is false."""
+def load_run(ctx: KernelContext, t: ScalarType, addr: str, n: int, pred: str | None,
+             space: str = "global") -> list[str]:
+    """Load n consecutive elements of type t at addr (one vector access) from `space` (global or shared); 0 where
+    pred is false."""
     size = elem_bytes(t)
     if size >= 4:
         cls = reg_class(t)
@@ -73,14 +75,14 @@ def load_run(ctx: KernelContext, t: ScalarType, addr: str, n: int, pred: str | N
         if pred:
             for d in dst:
                 ctx.emit(f"mov.b{8 * size} {d}, 0;")
-        ctx.emit(f"{_pred(pred)}ld.global{_vec(n)}.b{8 * size} {_regs(dst)}, [{addr}];")
+        ctx.emit(f"{_pred(pred)}ld.{space}{_vec(n)}.b{8 * size} {_regs(dst)}, [{addr}];")
         return dst
     if n * size >= 4:
         words = [ctx.new("b32") for _ in range(n * size // 4)]
         if pred:
             for w in words:
                 ctx.emit(f"mov.b32 {w}, 0;")
-        ctx.emit(f"{_pred(pred)}ld.global{_vec(len(words))}.b32 {_regs(words)}, [{addr}];")
+        ctx.emit(f"{_pred(pred)}ld.{space}{_vec(len(words))}.b32 {_regs(words)}, [{addr}];")
         return [x for w in words for x in unpack_word(ctx, t, w)]
     if n != 1:
         raise ctx.error(f"cannot load a run of {n} x {t}")
@@ -88,13 +90,13 @@ def load_run(ctx: KernelContext, t: ScalarType, addr: str, n: int, pred: str | N
         d = ctx.new("b16")
         if pred:
             ctx.emit(f"mov.b16 {d}, 0;")
-        ctx.emit(f"{_pred(pred)}ld.global.b16 {d}, [{addr}];")
+        ctx.emit(f"{_pred(pred)}ld.{space}.b16 {d}, [{addr}];")
         return [d]
     d = ctx.new("b32")
     if pred:
         ctx.emit(f"mov.b32 {d}, 0;")
     kind = "u" if t.is_bool or not t.is_signed else "s"
-    ctx.emit(f"{_pred(pred)}ld.global.{kind}{8 * size} {d}, [{addr}];")
+    ctx.emit(f"{_pred(pred)}ld.{space}.{kind}{8 * size} {d}, [{addr}];")
     return [_byte_to_bool(ctx, d)] if t.is_bool else [d]
 
 
@@ -181,22 +183,23 @@ def pack_word(ctx: KernelContext, t: ScalarType, vals: list[str]) -> str:
     return w
 
 
-def store_run(ctx: KernelContext, t: ScalarType, addr: str, vals: list[str], pred: str | None) -> None:
+def store_run(ctx: KernelContext, t: ScalarType, addr: str, vals: list[str], pred: str | None,
+              space: str = "global") -> None:
     size = elem_bytes(t)
     n = len(vals)
     if size >= 4:
-        ctx.emit(f"{_pred(pred)}st.global{_vec(n)}.b{8 * size} [{addr}], {_regs(vals)};")
+        ctx.emit(f"{_pred(pred)}st.{space}{_vec(n)}.b{8 * size} [{addr}], {_regs(vals)};")
     elif n * size >= 4:
         per = 4 // size
         words = [pack_word(ctx, t, vals[i:i + per]) for i in range(0, n, per)]
-        ctx.emit(f"{_pred(pred)}st.global{_vec(len(words))}.b32 [{addr}], {_regs(words)};")
+        ctx.emit(f"{_pred(pred)}st.{space}{_vec(len(words))}.b32 [{addr}], {_regs(words)};")
     elif n != 1:
         raise ctx.error(f"cannot store a run of {n} x {t}")
     elif t.is_float:
-        ctx.emit(f"{_pred(pred)}st.global.b16 [{addr}], {vals[0]};")
+        ctx.emit(f"{_pred(pred)}st.{space}.b16 [{addr}], {vals[0]};")
     else:
         v = bool_to_int(ctx, vals[0], "u32") if t.is_bool else vals[0]
-        ctx.emit(f"{_pred(pred)}st.global.u{8 * size} [{addr}], {v};")
+        ctx.emit(f"{_pred(pred)}st.{space}.u{8 * size} [{addr}], {v};")
 
 
 def lower_store(ctx: KernelContext, op: Operation) -> None:

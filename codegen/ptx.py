@@ -10,10 +10,12 @@
 How values map to registers (codegen/context.py): a scalar is one register that every thread holds (scalars are
 uniform, so branches on them never diverge); a tile is the list of registers of the elements its layout gives the
 thread (minitriton/ir/layouts.py), so elementwise ops are one instruction per register (codegen/elementwise.py).
-Pointers are 64-bit global addresses (`cvta.to.global` on the parameter), masks predicates. Lowerings per op
+Pointers are 64-bit global addresses (`cvta.to.global` on the parameter), TMA tensor maps 128-byte `.param .align 64
+.b8` parameters whose generic address (`cvta.param`) tma.py passes to TMA, masks predicates. Lowerings per op
 family: memory.py (vectorized ld / st / atom), layout_moves.py (register renaming or shared memory),
-reductions.py (shuffles + shared memory), dot.py (CUDA-core FMAs). One shared-memory buffer, sized to the largest
-need, is reused by every lowering behind `bar.sync 0` fences.
+reductions.py (shuffles + shared memory), dot.py (CUDA-core FMAs; tensor cores: mma.py, wgmma.py), tma.py
+(tensor descriptors: TMA copies + mbarrier). One shared-memory buffer, sized to the largest need, is reused by every
+lowering behind `bar.sync 0` fences.
 
 Control flow: scf.for -> a header label, `setp` + `@p bra` to the exit, the body, the carried registers updated by
 a parallel move at the end, the induction variable stepped, a branch back; scf.if -> `@!p bra` around the branches,
@@ -27,9 +29,9 @@ from typing import Callable
 
 from minitriton.errors import CompilationError
 from minitriton.ir import Block, Module, Operation, Value
-from minitriton.ir.types import PointerType, ScalarType, TensorType
+from minitriton.ir.types import PointerType, ScalarType, TensorDescType, TensorType
 
-from . import dot, elementwise, layout_moves, memory, reductions
+from . import dot, elementwise, layout_moves, memory, reductions, tma, wgmma
 from .context import KernelContext
 from .registers import literal, mov_type, reg_class
 
@@ -67,6 +69,9 @@ def _load_params(ctx: KernelContext, func: Operation) -> list[str]:
             ctx.emit(f"ld.param.u64 {raw}, [{pname}];")
             ctx.emit(f"cvta.to.global.u64 {ptr}, {raw};")
             ctx.bind(arg, [ptr])
+        elif isinstance(t, TensorDescType):  # a TMA tensor map, passed by value (codegen/tma.py)
+            decls.append(tma.param_declaration(pname))
+            ctx.bind(arg, [tma.tensor_map_address(ctx, pname)])
         elif isinstance(t, ScalarType) and t.name in _PARAM_TYPES:
             ptype = _PARAM_TYPES[t.name]
             decls.append(f".param .{ptype} {pname}")
@@ -95,7 +100,8 @@ def _assemble(ctx: KernelContext, params: list[str], param_code: list[str]) -> s
     lines.append("{")
     lines += [f"  {d}" for d in ctx.regs.declarations()]
     if ctx.smem_bytes:
-        lines.append(f"  .shared .align 16 .b8 smem[{(ctx.smem_bytes + 15) // 16 * 16}];")
+        lines.append(f"  .shared .align {ctx.smem_align} .b8 smem[{(ctx.smem_bytes + 15) // 16 * 16}];")
+    lines += [f"  {d}" for d in ctx.shared_decls]
     lines += param_code + ctx.prologue + ctx.body
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -291,6 +297,8 @@ LOWERINGS: dict[str, Lowering] = {
     "mt.expand_dims": layout_moves.lower_expand_dims, "mt.convert_layout": layout_moves.lower_convert_layout,
     "mt.trans": layout_moves.lower_trans, "mt.reshape": layout_moves.lower_reshape,
     "mt.reduce": reductions.lower_reduce, "mt.scan": reductions.lower_scan, "mt.dot": dot.lower_dot,
+    "mt.local_alloc": wgmma.lower_local_alloc,
+    "mt.descriptor_load": tma.lower_descriptor_load, "mt.descriptor_store": tma.lower_descriptor_store,
 }
 for _name in elementwise.LOWERINGS:
     LOWERINGS[_name] = elementwise.lower_elementwise

@@ -512,7 +512,9 @@ class Semantic:
         ty = self.descriptor_operand(desc, "store_tensor_descriptor")
         coords = self.descriptor_coords(ty, offsets, "store_tensor_descriptor")
         v = self.cast(value, ty.element)
-        if v.is_tile and self.broadcast_shapes(v.shape, ty.block_shape) != ty.block_shape:
+        block = ty.block_shape
+        if v.is_tile and (len(v.shape) > len(block) or
+                          any(a not in (1, b) for a, b in zip(reversed(v.shape), reversed(block)))):
             raise error(f"cannot store a tile of shape {v.shape} into descriptor blocks of shape {ty.block_shape}")
         v = self.broadcast_to(v, ty.block_shape)
         self.b.create("mt.descriptor_store", [desc.handle, *coords, v.handle])

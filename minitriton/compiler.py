@@ -22,7 +22,7 @@ from typing import Any, Callable
 from minitriton.errors import CompilationError
 
 # Passes run on every kernel, in order (names looked up in the pass registry when a kernel compiles).
-PIPELINE: list[str] = ["canonicalize", "tiling"]
+PIPELINE: list[str] = ["canonicalize", "tiling", "dot-lowering"]
 # The interpreter runs tile IR: only clean-ups, no layout assignment.
 INTERPRET_PIPELINE: list[str] = ["canonicalize"]
 

@@ -9,7 +9,9 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    vector along the fastest dim of w = min(contiguity, alignment / element size, 16 bytes / element size,
    elements / threads, mask constancy) elements: 4 x f32 or 8 x bf16 for an aligned arange-based access, 1 when
    the alignment is unknown. Threads and warps are spread as Triton's BlockedEncodingAttr::get does. The width
-   is recorded on the op as `vector_width` for the codegen.
+   is recorded on the op as `vector_width` for the codegen. A TMA descriptor load's result is an anchor too
+   (`descriptor_layout`: 16-byte vectors along the innermost dim, which the 128B swizzle keeps contiguous in
+   shared memory); a descriptor store takes its tile in whatever layout it has (it goes through shared memory).
 2. Propagation. The rest of the kernel is a graph of *nodes*: an op (or one carried value of an scf.for / scf.if /
    scf.while) ties the layouts of its tensor operands and results: elementwise ops, broadcast, scan, loads,
    stores and carried values use one layout for all; reduce gives slice(axis, L) of its operand's L;
@@ -62,12 +64,14 @@ def tiling(module: Module) -> Module:
     return module
 
 
-def assign_layouts(func: Operation) -> None:
+def assign_layouts(func: Operation, dot_layouts: dict[Operation, LayoutAttr] | None = None) -> None:
+    """Solve and materialize the layouts of `func`. `dot_layouts` fixes the accumulator layout of some dots
+    (passes/dot_lowering.py re-runs the solver with their #mt.mma layouts): those anchors flood first."""
     for op in func.walk():
         for v in op.results + [a for r in op.regions for b in r.blocks for a in b.args]:
             if isinstance(v.type, TensorType) and v.type.encoding is not None:
                 raise ValueError(f"tiling: {func.attrs.get('sym_name')} already has layouts ({v.type})")
-    solver = _Solver(func, int(func.attrs.get("num_warps", 4)))
+    solver = _Solver(func, int(func.attrs.get("num_warps", 4)), dot_layouts or {})
     solver.solve()
     solver.materialize()
     verify_layouts(func)
@@ -131,6 +135,10 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
         if hint_def is None:
             return None
         return {op.result: hint}, {(op, 0): None}
+    if name == "mt.descriptor_load":
+        return {op.result: hint}, {}
+    if name == "mt.descriptor_store":
+        return {}, {s: None for s in node.uses}  # the tile is written to shared memory from any layout
     if name == "mt.dot":
         if hint_use is not None and hint_use[1] != 2:
             return None  # a and b go through shared memory: their layouts say nothing about the result's
@@ -142,8 +150,9 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
 
 
 class _Solver:
-    def __init__(self, func: Operation, num_warps: int):
+    def __init__(self, func: Operation, num_warps: int, dot_layouts: dict[Operation, LayoutAttr] | None = None):
         self.func = func
+        self.dot_layouts = dot_layouts or {}
         self.num_warps = num_warps
         self.nodes: list[_Node] = []
         self.def_node: dict[Value, _Node] = {}
@@ -224,11 +233,22 @@ class _Solver:
 
     def solve(self) -> None:
         analysis = AxisAnalysis(self.func)
+        for node in self.nodes:  # 0. fixed dot accumulators: they flood first, as far as they reach
+            acc = self.dot_layouts.get(node.op) if node.rule == "mt.dot" else None
+            if acc is not None:
+                op = node.op
+                self._decide(node, ({op.result: acc}, {(op, 0): None, (op, 1): None, (op, 2): acc}))
+        dots, self.queue = self.queue, deque()
         for node in self.nodes:  # 1. anchors, all fixed before any flooding so no flood can override one
             if node.rule in _MEMORY and node.uses and node.uses[0][1] == 0:
                 enc, width = coalesced_layout(node.op, analysis, self.num_warps)
                 self.vector_width[node.op] = width
                 self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
+            elif node.rule == "mt.descriptor_load":
+                self._decide(node, ({node.op.result: descriptor_layout(node.op.result.type, self.num_warps)}, {}))
+        self.queue, anchors = dots, self.queue
+        self._flood()
+        self.queue = anchors
         self._flood()
         for node in self.nodes:  # 2. dots whose result no anchor reached, then everything else
             if node.rule == "mt.dot" and not node.decided:
@@ -349,6 +369,15 @@ def coalesced_layout(op: Operation, analysis: AxisAnalysis, num_warps: int) -> t
     spt = [1] * len(shape)
     spt[order[0]] = width
     return blocked_for_shape(shape, num_warps, spt, order), width
+
+
+def descriptor_layout(t: TensorType, num_warps: int) -> LayoutAttr:
+    """The layout a TMA-loaded tile is read into from shared memory: runs of up to 16 bytes along the innermost
+    dim per thread (one ld.shared.v4 each), threads and warps spread as for a coalesced access."""
+    rank, numel = len(t.shape), t.numel
+    width = max(1, min(MAX_VECTOR_BYTES // t.element.bytes, t.shape[-1],  # type: ignore[union-attr]
+                       numel // (num_warps * WARP_SIZE)))
+    return blocked_for_shape(t.shape, num_warps, [1] * (rank - 1) + [width], list(reversed(range(rank))))
 
 
 def vector_width(ptr: AxisInfo, mask: AxisInfo | None, dim: int, shape: tuple[int, ...], elem_bytes: int,

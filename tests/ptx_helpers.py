@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from minitriton.codegen import emit_ptx
+from minitriton.compiler import PIPELINE
 from minitriton.frontend import compile_to_ir
 from minitriton.interpreter import interpret
 from minitriton.ir import Builder, Module, function_body, make_function, tensor
@@ -37,8 +38,9 @@ def dsl(fn: Any, types: dict[str, Type], constexprs: dict[str, Any] | None = Non
 
 
 def lower(make: Maker) -> tuple[str, str, int]:
-    """(PTX, kernel name, threads per CTA) of a fresh module after tiling."""
-    module = run_passes(make(), ["tiling"])
+    """(PTX, kernel name, threads per CTA) of a fresh module after the compiler's passes from tiling on (the maker
+    already canonicalized it)."""
+    module = run_passes(make(), PIPELINE[PIPELINE.index("tiling"):])
     func = module.functions[0]
     name = func.attrs["sym_name"]
     return emit_ptx(module, name), name, int(func.attrs.get("num_warps", 4)) * 32

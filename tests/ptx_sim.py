@@ -9,6 +9,8 @@ only faithful if the code never diverges, so it checks what the codegen promises
   another thread read or wrote (with a different value) since then, all raise;
 - global accesses stay inside the tensors passed (masked-off lanes must not touch memory) and are aligned;
 - no active thread reads a register (lane) that was never written.
+TMA copies, mbarriers and tensor-map parameters (mt.TensorDescriptor arguments) are simulated, with their
+ordering rules checked, by tests/ptx_sim_tma.py; ldmatrix, mma.sync and wgmma by tests/ptx_sim_mma.py.
 Arithmetic is IEEE where PTX is (`.rn` ops, cvt rounding modes); the `.approx` functions are computed exactly in
 float32 (the simulator checks data movement and indexing, not the hardware's approximation error).
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Sequence
 
@@ -104,16 +106,26 @@ class Kernel:
     smem: int
     code: list[Instr]
     labels: dict[str, int]
+    shared: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # name -> (offset, bytes, bits)
+    uses_tma: bool = False  # TMA / mbarrier instructions appear (tests/ptx_sim_tma.py)
 
 
 def parse(ptx: str, name: str) -> Kernel:
     m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\((.*?)\)\s*(.*?)\{(.*)\}", ptx, re.S)
     if m is None:
         raise SimError(f"no entry {name}")
-    params = re.findall(r"\.param\s+\.(\w+)\s+(\w+)", m.group(1))
+    # `.param .u64 x`, and `.param .align 64 .b8 x[128]` (a TMA tensor map: type "tmap")
+    params = [("tmap" if count else t, n) for t, n, count in
+              re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+(\w+)(\[\d+\])?", m.group(1))]
     body = m.group(3)
     regs = {pfx: _REG_BITS[t] for t, pfx in re.findall(r"\.reg\s+(\.\w+)\s+(%\w+)<\d+>;", body)}
-    sm = re.search(r"\.shared\s+\.align\s+\d+\s+\.b8\s+smem\[(\d+)\];", body)
+    shared, size = {}, 0  # every .shared variable, laid out in declaration order
+    for align, bits, sname, count in re.findall(r"\.shared\s+\.align\s+(\d+)\s+\.b(\d+)\s+(\w+)(?:\[(\d+)\])?;",
+                                                body):
+        size += -size % int(align)
+        nbytes = int(bits) // 8 * int(count or 1)
+        shared[sname] = (size, nbytes, int(bits))
+        size += nbytes
     code, labels = [], {}
     start_line = ptx[:m.start(3)].count("\n") + 1
     for i, raw in enumerate(body.split("\n")):
@@ -130,7 +142,8 @@ def parse(ptx: str, name: str) -> Kernel:
             parts = stmt.split(None, 1)
             code.append(Instr(guard, parts[0], _split_operands(parts[1]) if len(parts) > 1 else [],
                               start_line + i, raw.strip()))
-    return Kernel(name, [(n, t) for t, n in params], regs, int(sm.group(1)) if sm else 0, code, labels)
+    uses_tma = any(ins.opcode.startswith(("mbarrier", "cp.async.bulk")) for ins in code)
+    return Kernel(name, [(n, t) for t, n in params], regs, size, code, labels, shared, uses_tma)
 
 
 # ----------------------------------------------------------------------------------------------- memory
@@ -188,6 +201,7 @@ class SharedMemory:
 
     def __init__(self, size: int):
         self.data = np.zeros(max(size, 1), dtype=np.uint8)
+        self.guard: Any = None  # extra checks of generic accesses (the TMA unit, tests/ptx_sim_tma.py)
         self.barrier()
 
     def barrier(self) -> None:
@@ -203,6 +217,8 @@ class SharedMemory:
 
     def read(self, tids: np.ndarray, addrs: np.ndarray, size: int) -> np.ndarray:
         idx, who = self._bytes(tids, addrs, size)
+        if self.guard is not None:
+            self.guard.check_read(tids, idx)
         w = self.writer[idx]
         bad = (w != -1) & (w != who)
         if np.any(bad):
@@ -222,6 +238,8 @@ class SharedMemory:
 
     def write(self, tids: np.ndarray, addrs: np.ndarray, raw: np.ndarray) -> None:
         idx, who = self._bytes(tids, addrs, raw.shape[1])
+        if self.guard is not None:
+            self.guard.check_write(tids, idx)
         r = self.reader[idx]
         if np.any((r != -1) & (r != who)):
             raise SimError("shared-memory race: a thread writes a byte another thread read since the last bar.sync")
@@ -251,6 +269,16 @@ class CTA:
         self.regs: dict[str, np.ndarray] = {}
         self.defined: dict[str, np.ndarray] = {}
         self.active = np.ones(nthreads, dtype=bool)
+        self.tma = None
+        if kernel.uses_tma:
+            from ptx_sim_tma import TmaUnit
+
+            self.tma = TmaUnit(self)
+        self.tc = None  # ldmatrix / mma.sync / wgmma state (tests/ptx_sim_mma.py)
+        if any(ins.opcode.startswith(("ldmatrix", "mma", "wgmma")) for ins in kernel.code):
+            from ptx_sim_mma import TensorCoreUnit
+
+            self.tc = TensorCoreUnit(self)
 
     # -- operands
 
@@ -259,6 +287,8 @@ class CTA:
         return self.k.regs[pfx]
 
     def read_reg(self, name: str) -> np.ndarray:
+        if self.tc is not None:
+            self.tc.check_read(name)
         if name not in self.regs:
             raise SimError(f"register {name} read before any write")
         undefined = self.active & ~self.defined[name]
@@ -267,6 +297,8 @@ class CTA:
         return self.regs[name]
 
     def write_reg(self, name: str, value: np.ndarray, mask: np.ndarray) -> None:
+        if self.tc is not None:
+            self.tc.note_write(name)
         bits = self.reg_bits(name)
         if bits == 1:
             value = value.astype(bool)
@@ -295,8 +327,8 @@ class CTA:
                 raise SimError(f"predicate {op} read as {t}")
             u = raw.astype(_UINT[tb])  # truncates a wider register, zero-extends a narrower one
             return u.view(_dtype(t)) if _kind(t) in ("s", "f") else u
-        if op == "smem":
-            return np.zeros(self.n, dtype=_dtype(t))
+        if op in self.k.shared:  # a shared variable: its offset in the shared window
+            return np.full(self.n, self.k.shared[op][0], dtype=_dtype(t))
         if op in self.params:
             return np.full(self.n, self.params[op]).astype(_dtype(t))
         return np.full(self.n, _immediate(op, t), dtype=_dtype(t))
@@ -348,6 +380,8 @@ class CTA:
                     pc = self.k.labels[ins.operands[0]] if np.all(mask) else pc + 1
                     continue
                 if op == "ret":
+                    if self.tma is not None:
+                        self.tma.at_exit()
                     return
                 self.execute(ins, mask)
             except SimError as e:
@@ -414,6 +448,8 @@ class CTA:
                               .reshape(len(tids), size) for s in srcs], axis=1)
         if space == "shared":
             self.smem.write(tids, addrs, raw)
+            if self.tc is not None:
+                self.tc.note_shared_write(tids, addrs, raw.shape[1])
         else:
             self.gmem.write(addrs, raw)
 
@@ -438,7 +474,40 @@ class CTA:
         self.set(ops[0], old, t, mask)
 
     def op_cvta(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
-        self.set(ops[0], self.get(ops[1], "u64"), "u64", mask)
+        value = self.get(ops[1], "u64")
+        if mods[0] == "param":  # a tensor-map parameter's generic address (tests/ptx_sim_tma.py)
+            from ptx_sim_tma import cvta_param
+
+            value = cvta_param(value.astype(np.int64)).astype(np.uint64)
+        self.set(ops[0], value, "u64", mask)
+
+    def _tma_unit(self) -> Any:
+        if self.tma is None:
+            raise SimError("TMA / mbarrier instruction in a kernel the parser saw none in")
+        return self.tma
+
+    def op_mbarrier(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        self._tma_unit().mbarrier(mods, ops, mask)
+
+    def op_fence(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        if self.tc is not None:
+            self.tc.fence(mods, mask)
+        if self.tma is not None:
+            self.tma.fence(mods, mask)
+        elif mods[:2] != ["proxy", "async"] and mods[0] != "mbarrier_init":
+            raise SimError(f"unsupported fence.{'.'.join(mods)}")
+
+    def op_ldmatrix(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        self.tc.ldmatrix(mods, ops, mask)  # type: ignore[union-attr]  (set when the kernel has one)
+
+    def op_mma(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        self.tc.mma(mods, ops, mask)  # type: ignore[union-attr]
+
+    def op_wgmma(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        self.tc.wgmma(mods, ops, mask)  # type: ignore[union-attr]
+
+    def op_cp(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        self._tma_unit().cp(mods, ops, mask)
 
     def op_bar(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         if not np.all(mask):
@@ -776,6 +845,10 @@ def _immediate(op: str, t: str) -> Any:
 _TORCH_RAW = {torch.bfloat16: torch.int16, torch.bool: torch.uint8}
 
 
+def _is_descriptor(a: Any) -> bool:
+    return hasattr(a, "tensor_map") and hasattr(a, "block_shape")
+
+
 def run_ptx(ptx: str, name: str, grid: Sequence[int] | int, args: Sequence[Any], num_threads: int) -> None:
     """Run kernel `name` of `ptx` over `grid` with `args` (CPU tensors are copied in and back)."""
     kernel = parse(ptx, name)
@@ -786,8 +859,18 @@ def run_ptx(ptx: str, name: str, grid: Sequence[int] | int, args: Sequence[Any],
     gmem = GlobalMemory()
     params: dict[str, int | float] = {}
     arrays = []
-    for (pname, ptype), a in zip(kernel.params, args):
-        if isinstance(a, torch.Tensor):
+    for index, ((pname, ptype), a) in enumerate(zip(kernel.params, args)):
+        if (ptype == "tmap") != _is_descriptor(a):
+            raise SimError(f"parameter {pname} (.{ptype}) got {type(a).__name__}")
+        if ptype == "tmap":  # an mt.TensorDescriptor: its tensor's span in global memory, the map in param space
+            from ptx_sim_tma import add_descriptor, storage_span
+
+            span = storage_span(a.tensor, tuple(a.shape), tuple(a.strides))
+            raw = span.detach().contiguous().view(_TORCH_RAW.get(span.dtype, span.dtype)).numpy().copy()
+            raw = raw.view(np.uint8)
+            params[pname], _ = add_descriptor(gmem, index, a, gmem.add(raw.reshape(-1)))
+            arrays.append((span, raw))
+        elif isinstance(a, torch.Tensor):
             raw = a.detach().contiguous().view(_TORCH_RAW.get(a.dtype, a.dtype)).numpy().copy().view(np.uint8)
             params[pname] = gmem.add(raw.reshape(-1))
             arrays.append((a, raw))

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from minitriton.ir import (OPS, Builder, FunctionType, LayoutAttr, Location, Module, ParseError, PointerType,
                            TensorType, function_body, layout, make_function, parse_module, parse_type, print_module,
                            tensor, verify)
-from minitriton.ir.types import bf16, f16, f32, f64, i1, i32, i64, u8, u16, u32, u64
+from minitriton.ir.types import TensorDescType, layout, bf16, f16, f32, f64, i1, i32, i64, u8, u16, u32, u64
 
 F32P = PointerType(f32)
 ODD_FILE = 'dir with space/k\u00e9r"nel\\x\n.py'  # quote, backslash, newline and non-ASCII in a file name
@@ -25,9 +25,10 @@ SPECIAL_FLOATS = [math.inf, -math.inf, math.nan, -1.5, 5e-324, 1e-45, -0.0, 1e30
 def build_all_ops_kernel() -> Module:
     """One kernel using every op in ops.py (the verifier accepts it), with locations on most ops."""
     loc = Location(ODD_FILE, 12, 3)
-    func = make_function("all_ops", [F32P, F32P, i32, f32], ["x", "y", "n", "alpha"], loc=loc, num_warps=4,
-                         divisibility=[16, 16, 1, 1])
-    x, y, n, alpha = function_body(func).args
+    desc_type = TensorDescType(tensor([16, 16], f32))
+    func = make_function("all_ops", [F32P, F32P, i32, f32, desc_type], ["x", "y", "n", "alpha", "desc"], loc=loc,
+                         num_warps=4, divisibility=[16, 16, 1, 1, 1])
+    x, y, n, alpha, desc = function_body(func).args
     b = Builder(function_body(func), loc)
     t64, i64t, b64 = tensor([64], f32), tensor([64], i32), tensor([64], i1)
 
@@ -72,8 +73,11 @@ def build_all_ops_kernel() -> Module:
     bt = b.create1("mt.trans", [a], tensor([64, 16], f32), order=[1, 0])
     acc = b.create1("mt.constant", [], tensor([16, 16], f32), value=0.0)
     d = b.create1("mt.dot", [a, bt, acc], tensor([16, 16], f32), input_precision="tf32")
+    box = b.create1("mt.descriptor_load", [desc, pid, n], tensor([16, 16], f32))
+    b.create("mt.descriptor_store", [desc, n, pid, box])
     flat = b.create1("mt.reshape", [d], tensor([256], f32))
     b.create1("mt.convert_layout", [flat], tensor([256], f32))
+    b.create1("mt.local_alloc", [a], tensor([16, 64], f32).with_encoding(layout("shared", swizzle=128, order=[1, 0])))
     total = b.create1("mt.reduce", [flat], f32, axis=0, kind="sum")
     b.create1("mt.scan", [xv], t64, axis=0, kind="max")
     b.create("mt.store", [ys, sel, mask])
@@ -177,8 +181,8 @@ def test_parsed_values_types_and_attributes() -> None:
     parsed = parse_module(print_module(build_all_ops_kernel()))
     func = parsed.function("all_ops")
     assert func.loc == Location(ODD_FILE, 12, 3)
-    assert func.attrs["function_type"] == FunctionType((F32P, F32P, i32, f32))
-    assert func.attrs["divisibility"] == [16, 16, 1, 1]
+    assert func.attrs["function_type"] == FunctionType((F32P, F32P, i32, f32, TensorDescType(tensor([16, 16], f32))))
+    assert func.attrs["divisibility"] == [16, 16, 1, 1, 1]
     values = [o.attrs["value"] for o in func.walk() if o.name == "mt.constant" and o.result.type == f32]
     for got, want in zip(values, SPECIAL_FLOATS):
         assert struct.pack("<d", got) == struct.pack("<d", want)  # bit-exact, including -0.0 and nan

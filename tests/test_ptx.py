@@ -225,7 +225,8 @@ def _matmul_case(dtype: ScalarType, tdtype: torch.dtype, blocks: tuple[int, int,
                 lambda g: [_randn(g, m, k, dtype=tdtype), _randn(g, k, n, dtype=tdtype), nan_like((m, n), tdtype),
                            _randn(g, n, dtype=tdtype), m, n, k, k, 1, n, 1, n, 1],
                 [2], bound=1e-5 if dtype == f32 else 8e-3, gpu_bound=1e-4 if dtype == f32 else 8e-3,
-                expect=[r"fma\.rn\.f32", r"bar\.sync 0", r"\$L_for_head", r"@%p\d+ bra"])
+                expect=[r"fma\.rn\.f32" if dtype == f32 else r"mma\.sync\.aligned\.m16n8k16", r"bar\.sync 0",
+                        r"\$L_for_head", r"@%p\d+ bra"])
 
 
 def _vadd(dtype: ScalarType, tdtype: torch.dtype, n: int, n_div: int, expect: list[str]) -> Case:
@@ -278,7 +279,7 @@ CASES: dict[str, Case] = {
                          {"M": 32, "N": 32, "K": 32, "PRECISION": "ieee"}, {"a_ptr": 16, "b_ptr": 16, "c_ptr": 16}),
                      (1,), lambda g: [_randn(g, 32, 32, dtype=torch.bfloat16), _randn(g, 32, 32, dtype=torch.bfloat16),
                                       nan_like((32, 32), torch.float32)], [2], bound=1e-5, gpu_bound=1e-5,
-                     expect=[r"cvt\.f32\.bf16", r"fma\.rn\.f32"]),
+                     expect=[r"ldmatrix\.sync\.aligned\.m8n8\.x4", r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16"]),
     "dot_tf32": Case(dsl(dot_tile, {"a_ptr": P(f32), "b_ptr": P(f32), "c_ptr": P(f32)},
                          {"M": 16, "N": 64, "K": 16, "PRECISION": "tf32"}, {"a_ptr": 16, "b_ptr": 16, "c_ptr": 16},
                          num_warps=2),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import inspect
+import marshal
 import json
 import os
 import shutil
@@ -25,11 +27,14 @@ from minitriton.compiler import CompiledKernel
 from minitriton.ir.types import PointerType, f32, i32
 from minitriton.runtime import cache as runtime_cache
 from minitriton.runtime import DiskCache, SignatureError, cache_dir, parse_arg_spec, parse_signature, set_driver
-from minitriton.runtime.driver import CudaError
+from minitriton.runtime.driver import CudaError, StreamObjects
 from minitriton.runtime.fingerprint import source_fingerprint
+from minitriton.runtime import binder, jit
 from minitriton.runtime.jit import Kernel
 from minitriton.runtime.launcher import Launcher, ParamBuffer, Slot, slot_for
 from minitriton.runtime.specialize import ArgSpec, type_spelling
+
+REAL_COMPILE_KERNEL = compiler.compile_kernel
 
 # ------------------------------------------------------------------------------------------ kernels
 
@@ -617,6 +622,284 @@ def test_specialization_reaches_the_compiler(driver: FakeDriver, compiles: list)
     assert call["equal_to_one"] == {"stride"}
     assert call["constexprs"] == {"BLOCK": 64} and call["num_warps"] == 8 and call["num_stages"] == 2
     assert driver.launches[-1]["block"] == (256, 1, 1)
+
+
+# ----------------------------------------------------------------- the generated launch function (binder.py)
+
+
+def test_launch_function_has_the_kernels_signature_and_is_cached_per_grid(driver: FakeDriver,
+                                                                          compiles: list) -> None:
+    launch = add[(4,)]
+    assert launch is add[(4,)] and add[(4, 1)] is not launch and add[[4]] is not add[[4]]  # lists: not cached
+    assert launch.__name__ == launch.__qualname__ == "add"
+    assert list(inspect.signature(launch).parameters)[:5] == ["x", "y", "out", "n", "BLOCK"]
+    x = rand(64)
+    launch(x, x, x, 64, BLOCK=16)
+    add[[4]](x, x, x, 64, BLOCK=16)
+    assert [launch["grid"] for launch in driver.launches] == [(4, 1, 1)] * 2
+
+
+def test_grid_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jit, "MAX_CACHED_GRIDS", 8)
+    k = Kernel(add.fn)
+    for g in range(1, 30):
+        k[(g,)]
+    assert 1 <= len(k._launch_fns) <= 8
+
+
+def test_a_second_launch_reuses_the_entry(driver: FakeDriver, compiles: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = rand(64)
+    add[(1,)](x, x, x, 64, BLOCK=16)
+    monkeypatch.setattr(Kernel, "_launch_miss", lambda *a: pytest.fail("the slow path ran on a known key"))
+    monkeypatch.setattr(Kernel, "_specialize", lambda *a: pytest.fail("the slow path ran on a known key"))
+    add[(2,)](rand(64), rand(64), x, 48, BLOCK=16)  # other tensors and n, the same key
+    assert len(driver.launches) == 2 and driver.launches[-1]["grid"] == (2, 1, 1)
+
+
+def test_each_key_difference_reaches_a_new_variant(driver: FakeDriver, compiles: list) -> None:
+    x = rand(64)
+    launches = [((x, x, x, 64), {"BLOCK": 16}), ((x, x, x, 64), {"BLOCK": 32}), ((x, x[1:], x, 64), {"BLOCK": 16}),
+                ((x, x.double(), x, 64), {"BLOCK": 16}), ((x, x, x, 63), {"BLOCK": 16}),
+                ((x, x, x, 1), {"BLOCK": 16}), ((x, x, x, 2**40), {"BLOCK": 16}),
+                ((x, x, x, 64), {"BLOCK": 16, "num_warps": 8}), ((x, x, x, 64), {"BLOCK": 16, "num_stages": 2})]
+    for args, kwargs in launches * 2:  # the second round finds every entry
+        add[(1,)](*args, **kwargs)
+    assert len(compiles) == len(launches) == len(add._variants) == len(add._entries)
+    assert len(driver.launches) == 2 * len(launches)
+
+
+def test_scalars_of_every_kind_through_the_hot_path(driver: FakeDriver, compiles: list) -> None:
+    x = rand(64)
+    for _ in range(2):  # first through the slow path, then through the entry
+        mixed[(1,)](x, np.int64(-7), np.float32(2.5), np.bool_(True), 2**40 + 3)
+        address = driver.launches[-1]["params"]
+        assert slot_bytes(address, 1, 4) == struct.pack("<i", -7) and slot_bytes(address, 2, 4) == struct.pack(
+            "<f", 2.5)
+        assert slot_bytes(address, 3, 1) == b"\x01" and slot_bytes(address, 4, 8) == struct.pack("<q", 2**40 + 3)
+    mixed[(1,)](x, -7, 2.5, True, 2**40 + 3)  # plain Python scalars: the same specialization
+    assert len(compiles) == 1 and len(driver.launches) == 3
+
+
+def test_parameter_names_that_look_like_internal_names(driver: FakeDriver, compiles: list) -> None:
+    def kernel_with_odd_names(_mt_key, _mt_entry, __mt_v0, n, BLOCK: mt.constexpr):
+        pass
+
+    k = Kernel(kernel_with_odd_names)
+    x = rand(16)
+    k[(1,)](x, x, x, 5, BLOCK=16)
+    k[(1,)](x, x, x, 5, BLOCK=16)
+    assert len(driver.launches) == 2 and compiles[0]["arg_types"]["n"] == i32
+
+
+def test_a_parameter_named_num_warps_is_a_parameter(driver: FakeDriver, compiles: list) -> None:
+    def warps(x, num_warps):
+        pass
+
+    Kernel(warps)[(1,)](rand(16), 2)
+    assert compiles[0]["arg_types"]["num_warps"] == i32 and compiles[0]["num_warps"] == 4
+
+
+def test_callable_grid_is_evaluated_at_each_launch(driver: FakeDriver, compiles: list) -> None:
+    def grid(meta: dict) -> tuple[int]:
+        return ((meta["n"] + meta["BLOCK"] - 1) // meta["BLOCK"],)
+
+    x = rand(1024)
+    for n in (100, 1000, 1024):
+        add[grid](x, x, x, n, BLOCK=128)
+    assert [launch["grid"][0] for launch in driver.launches] == [1, 8, 8]
+    with pytest.raises(ValueError, match="dimension x = 0"):
+        add[grid](x, x, x, 0, BLOCK=128)
+
+
+def test_a_replaced_driver_gets_its_own_function_handles(compiles: list) -> None:
+    first, second = FakeDriver(), FakeDriver()
+    previous = set_driver(first)
+    try:
+        x = rand(16)
+        nothing[(1,)]()
+        add[(1,)](x, x, x, 16, BLOCK=16)
+        set_driver(second)
+        add[(1,)](x, x, x, 16, BLOCK=16)
+        nothing[(1,)]()
+    finally:
+        set_driver(previous)
+    assert [name for _, name, _ in first.loaded] == ["nothing", "add"] == [n for _, n, _ in second.loaded][::-1]
+    assert len(first.launches) == len(second.launches) == 2 and len(compiles) == 2
+
+
+def test_another_thread_packs_its_own_buffer(driver: FakeDriver, compiles: list) -> None:
+    import threading
+
+    x, y = rand(64), rand(64)
+    add[(1,)](x, x, x, 64, BLOCK=16)  # this thread owns the variant's buffer
+    launcher = next(iter(add._variants.values()))
+    worker = threading.Thread(target=lambda: add[(1,)](y, y, y, 64, BLOCK=16))
+    worker.start()
+    worker.join()
+    add[(1,)](x, x, x, 64, BLOCK=16)
+    owner_address, shared_address = launcher.params.address, launcher.shared_params.address
+    assert [launch["params"] for launch in driver.launches] == [owner_address, shared_address, owner_address]
+    assert slot_bytes(shared_address, 0, 8) == struct.pack("<Q", y.data_ptr())
+    assert slot_bytes(owner_address, 0, 8) == struct.pack("<Q", x.data_ptr())
+
+
+def test_generated_code_is_cached_on_disk(monkeypatch: pytest.MonkeyPatch, driver: FakeDriver,
+                                          compiles: list) -> None:
+    x = rand(16)
+    Kernel(add.fn)[(1,)](x, x, x, 16, BLOCK=16)
+    (entry,) = (cache_dir() / "launchers").iterdir()
+    monkeypatch.setattr(binder, "compile", lambda *a: pytest.fail("compiled again"), raising=False)
+    Kernel(add.fn)[(1,)](x, x, x, 16, BLOCK=16)  # a new process would start like this
+    entry.write_bytes(b"not marshal data")
+    monkeypatch.delattr(binder, "compile")
+    Kernel(add.fn)[(1,)](x, x, x, 16, BLOCK=16)  # an unreadable entry is compiled and written again
+    assert marshal.loads(entry.read_bytes()).co_filename == "<minitriton launch of add>"
+    assert len(driver.launches) == 3 and [p.name for p in entry.parent.iterdir()] == [entry.name]
+
+
+def test_stream_objects_are_made_once_and_bounded(driver: FakeDriver, compiles: list,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    made = []
+    streams = StreamObjects(lambda raw: made.append(raw) or f"stream {raw:#x}")
+    assert streams[0xABC] == streams[0xABC] == "stream 0xabc" and made == [0xABC]
+    monkeypatch.setattr(StreamObjects, "LIMIT", 3)
+    for raw in range(10):
+        streams[raw]
+    assert len(streams) <= 3
+    driver.streams = StreamObjects(lambda raw: made.append(raw) or f"stream {raw:#x}")  # empty when installed
+    set_driver(driver)
+    nothing[(1,)]()
+    nothing[(1,)]()
+    assert [launch["stream"] for launch in driver.launches] == ["stream 0xabc"] * 2
+    assert made.count(0xABC) == 2  # once for the first mapping, once for the driver's
+
+
+def test_launch_profile_tool_runs() -> None:
+    spec = importlib.util.spec_from_file_location("launch_profile", Path(__file__).parents[1] / "tools" /
+                                                  "launch_profile.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    previous = set_driver(None)
+    try:
+        assert tool.main(["--rounds", "1", "--number", "5"]) == 0
+    finally:
+        set_driver(previous)
+        compiler.compile_kernel = REAL_COMPILE_KERNEL
+
+
+def test_bandwidth_table_checks_catch_a_wrong_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/bandwidth.py checks every implementation before timing it: on small CPU inputs (interpreted),
+    ours and torch pass the checks, and a wrong result fails them."""
+    from benchmarks import bandwidth
+
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+    cases = bandwidth.cases(None, device="cpu", elements=2048 + 3, rows=3, cols=200)
+    for case in cases:
+        for name, fn in {"ours": case.ours, **case.peers}.items():
+            case.check(name, fn())
+    add, soft, norm = cases
+    with pytest.raises(AssertionError, match="vector add"):
+        add.check("wrong", add.peers["torch"]() + 1e-6)
+    with pytest.raises(AssertionError, match="softmax"):
+        soft.check("wrong", soft.peers["torch"]().roll(1, dims=1))
+    out, res = norm.peers["torch"]()
+    with pytest.raises(AssertionError, match="rmsnorm"):
+        norm.check("wrong", (out * 1.05, res))
+
+
+# ---------------------------------------------------------------------------------------- prepared launches
+
+
+def test_prepared_launch_relaunches_its_own_arguments(driver: FakeDriver, compiles: list) -> None:
+    x, y, out = rand(64), rand(64), rand(64)
+    prepared = add.prepare((3,), x, y, out, 64, BLOCK=16)
+    assert not driver.launches and len(compiles) == 1  # prepare compiles and loads, it does not launch
+    prepared()
+    prepared()
+    own = driver.launches[-1]["params"]
+    assert {launch["params"] for launch in driver.launches} == {own}
+    assert own != next(iter(add._variants.values())).params.address  # its own buffer, packed once
+    assert [slot_bytes(own, i, 8) for i in range(3)] == [struct.pack("<Q", t.data_ptr()) for t in (x, y, out)]
+    assert driver.launches[-1]["grid"] == (3, 1, 1) and prepared.specialization == add.specialization_key(
+        x, y, out, 64, BLOCK=16)
+    assert prepared.keep_alive[1][0] is x  # the tensors its pointers point into stay alive
+
+
+def test_prepared_launch_with_new_arguments(driver: FakeDriver, compiles: list) -> None:
+    x = rand(64)
+    prepared = add.prepare((1,), x, x, x, 64, BLOCK=16)
+    a, b, c = rand(64), rand(64), rand(64)
+    prepared(a, b, c, 96)
+    prepared(x=a, y=b, out=c, n=32)
+    address = driver.launches[-1]["params"]
+    assert [slot_bytes(address, i, 8) for i in range(3)] == [struct.pack("<Q", t.data_ptr()) for t in (a, b, c)]
+    assert slot_bytes(address, 3, 4) == struct.pack("<i", 32) and len(compiles) == 1
+    add[(1,)](a, b, c, 48, BLOCK=16)  # the normal path shares the variant
+    assert len(compiles) == 1 and len(driver.launches) == 3
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: (a[0][1:], *a[1:]), "argument 'x' of the prepared launch of kernel 'add' is a float32 tensor on "
+                                   "cpu, not 16-byte aligned; it was prepared for *fp32:16"),
+    (lambda a: (a[0], a[1].double(), *a[2:]), "argument 'y' of the prepared launch of kernel 'add' is a float64"),
+    (lambda a: (*a[:3], 63), "argument 'n' of the prepared launch of kernel 'add' is 63 (i32); it was prepared for "
+                             "i32:16"),
+    (lambda a: (*a[:3], 2**40), "is 1099511627776 (i64:16)"),
+    (lambda a: (*a[:3], 64.0), "is 64.0 (float)"),
+    (lambda a: (a[0], 7, *a[2:]), "argument 'y' of the prepared launch of kernel 'add' is 7 (i32)"),
+])
+def test_prepared_launch_checks_the_specialization(change: Any, message: str, driver: FakeDriver,
+                                                   compiles: list) -> None:
+    args = (rand(64), rand(64), rand(64), 64)
+    prepared = add.prepare((1,), *args, BLOCK=16)
+    with pytest.raises(ValueError) as e:
+        prepared(*change(args))
+    assert message in str(e.value) and not driver.launches
+
+
+def test_prepared_launch_accepts_what_the_variant_does_not_assume(driver: FakeDriver, compiles: list) -> None:
+    x = rand(64)
+    prepared = strided_scale.prepare((1,), x, x[1:], 63, 3, 0.5)  # out unaligned, n and stride plain i32
+    prepared(x[4:], x, 17, 1, 2)  # aligned where unaligned was allowed, stride 1, an int for the float
+    assert len(driver.launches) == 1 and len(compiles) == 1
+
+
+def test_prepared_launch_errors(monkeypatch: pytest.MonkeyPatch, driver: FakeDriver, compiles: list) -> None:
+    x = rand(64)
+    prepared = add.prepare((1,), x, x, x, 64, BLOCK=16)
+    with pytest.raises(TypeError, match=r"takes all of its runtime arguments \(x, y, out, n\) or none; missing "
+                                        r"'out', 'n'"):
+        prepared(x, x)
+    with pytest.raises(ValueError, match="argument 'y' of the prepared launch of kernel 'add' is a float32 tensor on "
+                                         "cuda:0"):
+        prepared(x, on_cuda(rand(64)), x, 64)
+    previous = set_driver(FakeDriver())
+    try:
+        with pytest.raises(RuntimeError, match="belongs to a driver that is no longer active"):
+            prepared()
+    finally:
+        set_driver(previous)
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+    with pytest.raises(RuntimeError, match="not available with MINITRITON_INTERPRET=1"):
+        add.prepare((1,), x, x, x, 64, BLOCK=16)
+    assert not driver.launches
+
+
+def test_prepared_launch_on_another_device_is_refused(gpu_driver: FakeDriver, compiles: list) -> None:
+    x = on_cuda(rand(64))
+    prepared = add.prepare((1,), x, x, x, 64, BLOCK=16)
+    gpu_driver.device = 1
+    with pytest.raises(RuntimeError, match="prepared on device 0 but the current device is 1"):
+        prepared()
+    gpu_driver.device = 0
+    prepared()
+    assert len(gpu_driver.launches) == 1
+
+
+def test_prepared_launch_of_a_kernel_without_parameters(driver: FakeDriver, compiles: list) -> None:
+    prepared = nothing.prepare((5,))
+    prepared()
+    assert driver.launches[-1]["params"] == 0 and driver.launches[-1]["grid"] == (5, 1, 1)
 
 
 # ------------------------------------------------------------------------------------------- the cache

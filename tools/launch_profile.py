@@ -28,7 +28,7 @@ import minitriton as mt  # noqa: E402
 from minitriton import compiler  # noqa: E402
 from minitriton.compiler import CompiledKernel  # noqa: E402
 from minitriton.ir.types import PointerType  # noqa: E402
-from minitriton.runtime import binder, jit, set_driver  # noqa: E402
+from minitriton.runtime import binder, set_driver  # noqa: E402
 from minitriton.runtime.specialize import type_spelling  # noqa: E402
 
 N = 1024
@@ -56,6 +56,7 @@ class NoopDriver:
 
     current_device = (-1).__int__  # C builtins: no Python frame, like the real driver's torch getters
     current_stream = abs
+    streams = {1: "the stream"}  # raw handle abs(-1) -> the stream object, a dict hit like the real driver's
     launch = staticmethod(noop_launch)
 
     def load_function(self, image: Any, name: str, device: int) -> int:
@@ -89,8 +90,7 @@ def staged(kernel: Any, grid: tuple, args: tuple, kwargs: dict) -> dict[str, Cal
     """The launch function cut after each stage (plus `kernel[grid]` alone), all warmed up."""
     fns: dict[str, Callable[[], Any]] = {}
     for stage in binder.STAGES:
-        make = binder.build_factory(kernel, torch.Tensor, callable_grid=False, stop_after=stage)
-        fn = make(grid, *grid)
+        fn = binder.build_factory(kernel, torch.Tensor, stop_after=stage)(grid, None)
         fns[stage] = (lambda fn=fn: fn(*args, **kwargs))
     full = kernel[grid]
     fns["full launch function"] = lambda: full(*args, **kwargs)
@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         totals = {
             "empty[(1,)]()": lambda: empty[(1,)](),
             "add3[(8,)](x, y, out, n, BLOCK=128)": lambda: add3[(8,)](x, y, out, N, BLOCK=128),
-            "driver stand-ins alone": lambda: (NoopDriver.current_device(), NoopDriver.current_stream(-1),
-                                               noop_launch(0, 8, 1, 1, 128, 1, 1, 0, 0, 0, 0)),
+            "driver stand-ins alone": lambda: (NoopDriver.current_device(), NoopDriver.streams[
+                NoopDriver.current_stream(-1)], noop_launch(0, 8, 1, 1, 128, 1, 1, 0, 0, 0, 0)),
             "  of which launch()": lambda: noop_launch(0, 8, 1, 1, 128, 1, 1, 0, 0, 0, 0),
             "empty loop body": lambda: None,
         }
@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         "device": "driver tuple + current_device()",
         "arguments": "arguments: data_ptr/device/dtype, int class",
         "lookup": "key tuple + entry lookup + unpack",
-        "grid": "grid (static: nothing)",
-        "stream": "current_stream()",
+        "grid": "grid (static: unpack the validated tuple)",
+        "stream": "current_stream() + stream object",
         "pack": "owner check + struct.pack_into",
         "launch": "launch() call + error check",
     }

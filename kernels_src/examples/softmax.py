@@ -17,7 +17,7 @@ def softmax_kernel(x_ptr, out_ptr, n_cols, stride_x, stride_out, BLOCK: mt.const
         mask = cols < n_cols
         x = mt.load(x_row + cols, mask=mask, other=float("-inf")).to(mt.float32)
         e = mt.exp(x - mt.max(x, axis=0))
-        mt.store(out_row + cols, e / mt.sum(e, axis=0), mask=mask)
+        mt.store(out_row + cols, e * (1.0 / mt.sum(e, axis=0)), mask=mask)  # one division per row, not per element
     else:
         m = float("-inf")  # running maximum of the row
         total = mt.zeros((BLOCK,), mt.float32)  # per-lane sums of exp(x - m)

@@ -22,8 +22,8 @@ import torch
 
 from ..errors import InterpreterError
 from ..ir.core import Block, Operation, Value
-from ..ir.types import PointerType, ScalarType, Type
-from . import elementwise, memops, tiles
+from ..ir.types import PointerType, ScalarType, TensorDescType, Type
+from . import elementwise, memops, tiles, tma_ops
 from .memory import Memory
 from .values import dtype_of, scalar_value
 
@@ -198,6 +198,7 @@ def _memop(build: Callable[..., Step]) -> Callable[[Operation, Compiler], Step]:
 STEPS: dict[str, Callable[[Operation, Compiler], Step]] = {
     "scf.for": _for, "scf.if": _if, "scf.while": _while,
     **{name: _memop(build) for name, build in memops.STEP_BUILDERS.items()},
+    **{name: _memop(build) for name, build in tma_ops.STEP_BUILDERS.items()},
 }
 
 
@@ -275,6 +276,8 @@ class CompiledFunction:
         return values
 
     def _bind_one(self, name: str, t: Type, arg: Any, memory: Memory) -> Any:
+        if isinstance(t, TensorDescType):
+            return tma_ops.bind_descriptor(name, t, arg, memory, self.func.loc)
         if isinstance(t, PointerType):
             if not isinstance(arg, torch.Tensor):
                 raise InterpreterError(f"argument '{name}' is a pointer ({t}): pass a torch tensor, got "

@@ -126,4 +126,5 @@ BUILDERS: dict[str, Callable[[Operation], Fn]] = {
     "mt.broadcast": build_broadcast, "mt.expand_dims": build_expand_dims, "mt.reshape": build_reshape,
     "mt.trans": build_trans, "mt.convert_layout": build_convert_layout, "mt.reduce": build_reduce,
     "mt.scan": build_scan, "mt.dot": build_dot,
+    "mt.local_alloc": build_convert_layout,  # a shared-memory copy: the same values
 }

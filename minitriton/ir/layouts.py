@@ -25,6 +25,9 @@ Slice. `#mt.slice<{dim = d, parent = P}>` over a shape S is P over S with a size
 dropped: reduce(x: P, axis=d) gives a slice of P, and expand_dims(slice(d, P), axis=d) gives back P with the
 same registers. The lanes and warps that P spreads along d hold copies of the same element.
 
+The tensor-core encodings `#mt.mma` (dot accumulators) and `#mt.dot_op` (mma.sync operands) are distributed
+layouts too; their thread maps are built in minitriton/ir/mma_layouts.py (an mma accumulator's is a blocked one).
+
 Everything below is pure Python on ints (no IR walking): `thread_map(encoding, shape)` gives a ThreadMap, and the
 functions on it say what a thread holds. The codegen builds every lowering on these functions, and the tests
 check them exhaustively on small shapes.
@@ -80,12 +83,14 @@ def rank_of(enc: LayoutAttr) -> int:
         return len(enc.get("order"))
     if enc.kind == "slice":
         return rank_of(enc.get("parent")) - 1
+    if enc.kind in ("mma", "dot_op"):  # tensor-core layouts (minitriton/ir/mma_layouts.py) are 2-D
+        return 2
     raise ValueError(f"unknown layout kind {enc.kind!r}")
 
 
 def num_warps_of(enc: LayoutAttr) -> int:
     """How many warps the encoding spreads a tile over."""
-    while enc.kind == "slice":
+    while enc.kind in ("slice", "dot_op"):
         enc = enc.get("parent")
     n = 1
     for w in enc.get("warpsPerCTA"):
@@ -281,6 +286,10 @@ def _thread_map(enc: LayoutAttr, shape: tuple[int, ...]) -> ThreadMap:
         dims = parent.dims[:d] + parent.dims[d + 1:]
         offsets = tuple(o[:d] + o[d + 1:] for o in parent.reg_offsets)
         return ThreadMap(dims, parent.hidden + (parent.dims[d],), offsets, parent.num_warps)
+    if enc.kind in ("mma", "dot_op"):
+        from .mma_layouts import dot_operand_thread_map, mma_thread_map  # it builds on this module
+
+        return (mma_thread_map if enc.kind == "mma" else dot_operand_thread_map)(enc, shape)
     check_blocked(enc)
     spt, tpw, wpc, order = (enc.get(k) for k in ("sizePerThread", "threadsPerWarp", "warpsPerCTA", "order"))
     lane_shift, warp_shift = [0] * len(shape), [0] * len(shape)

@@ -221,6 +221,17 @@ def _convert_layout(o: Operation) -> None:
         fail(o, f"converts a tile to the same shape and element type, got {src} -> {res}")
 
 
+@op("mt.local_alloc", "A copy of the operand tile in shared memory, laid out as the result's `#mt.shared` encoding "
+    "says (inserted by the dot-lowering pass for wgmma operands; the values do not change).")
+def _local_alloc(o: Operation) -> None:
+    counts(o, 1, 1)
+    src, res = o.operands[0].type, o.result.type
+    if not (src.is_tensor and res.is_tensor) or strip(src) != strip(res):
+        fail(o, f"copies a tile to the same shape and element type, got {src} -> {res}")
+    if res.encoding is None or res.encoding.kind != "shared":  # type: ignore[union-attr]
+        fail(o, f"result must have a #mt.shared encoding, got {res}")
+
+
 # -------------------------------------------------------------------------------------------- memory
 
 

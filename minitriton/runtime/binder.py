@@ -2,25 +2,36 @@
 
 `kernel[grid]` returns a function whose parameter list is the kernel's own (`add(x, y, out, n, BLOCK)`) plus the
 keyword-only options `num_warps` / `num_stages`, so the interpreter binds the arguments and the body reads each one
-as a local variable. For every runtime parameter the body inlines a type dispatch that yields three things:
+as a local variable. For every runtime parameter the body inlines a type dispatch (exact types first: `type(x) is
+int` costs ~10 ns where isinstance(an int, torch.Tensor) costs ~100) that yields the raw value and the key parts:
 
-    tensor  raw value data_ptr(); key parts (dtype, 16-byte aligned?); device checked against the current device
     int     raw value the int; key part "i32" / "i32:16" / "i32=1" (i64 and errors through Kernel._int_code)
+    tensor  raw value data_ptr(); key parts (dtype, 16-byte aligned?); device checked against the current device
     float   raw value the float; key part "fp32"
-    other   Kernel._other_argument: numpy scalars, bools, and the error for None / str / a missing argument
+    other   Kernel._other_argument: numpy scalars, bools, descriptors, and the error for None / str / a missing
+            argument
 
 The key is one flat tuple (device, two parts per runtime parameter, constexpr values, num_warps, num_stages),
 looked up in the kernel's dict of launch entries. An entry (built once per key and device by the slow path,
 Kernel._launch_miss) holds everything the launch needs: the function handle, the variant's struct packer and
 parameter buffer, block size, shared memory and the thread that owns the buffer. A hit then costs: the current
-stream, one `struct.pack_into` into the preallocated buffer and the driver's cuLaunchKernel.
+stream (mapped to a CUstream object by the driver's `streams` dict), one `struct.pack_into` into the preallocated
+buffer and the driver's cuLaunchKernel.
 
 Everything unusual leaves the hot path for a method of Kernel that gives the readable error or does the work:
 too many positional arguments or unknown keywords (`*extra`, `**unknown` are collected only to detect them), a
 missing argument (parameters without a default default to MISSING, which falls into the `other` branch or into
 the key, where it misses), an unknown dtype or bad options (a key miss: the slow path validates before
 compiling), an unhashable constexpr (TypeError from the lookup), MINITRITON_INTERPRET=1 (one dict read per
-launch: the flag is read at every launch because tests flip it), a driver swapped by `set_driver`.
+launch: the flag is read at every launch because tests flip it), a driver swapped by `set_driver`. An argument
+given both by position and by keyword is Python's own TypeError (`add() got multiple values for argument 'n'`).
+
+`generate_prepared` writes the function that `Kernel.prepare` returns: the same steps for one known variant, with
+the key computation replaced by checks that the new arguments fit it.
+
+CPython compiles the generated source in ~1 ms per kernel, which is most of a first launch from the disk cache;
+the code object is therefore kept too: `$MINITRITON_CACHE_DIR/launchers/<sha256 of source and Python>.marshal`,
+written atomically (temporary file, os.replace), loaded with marshal in ~30 us, recompiled if unreadable.
 
 Locals of the generated code carry a prefix (`_mt_`, lengthened if a parameter starts with it) so that kernel
 parameter names can never clash with them. `generate(..., stop_after=STAGE)` ends the function after a stage:
@@ -30,11 +41,16 @@ from __future__ import annotations
 
 import keyword
 import linecache
+import marshal
 import os
+import sys
 import threading
+import types
+import uuid
 from typing import Any, Callable, Sequence
 
 from . import driver as _driver
+from .cache import cache_dir, digest
 from .launcher import PACK_ERRORS
 
 
@@ -75,11 +91,10 @@ def _prefix_for(names: Sequence[str]) -> str:
     return prefix
 
 
-def generate(kernel: Any, callable_grid: bool, stop_after: str | None = None) -> str:
-    """The source of a factory `make(grid, gx, gy, gz)` returning the launch function of `kernel` for one grid.
-
-    `callable_grid`: the grid is a function of the meta-parameters, evaluated at each launch after the lookup.
-    """
+def generate(kernel: Any, stop_after: str | None = None) -> str:
+    """The source of a factory `make(grid, grid_fn)` returning the launch function of `kernel` for one grid:
+    `grid` a validated (gx, gy, gz), or `grid_fn` a function of the meta-parameters, evaluated at each launch
+    after the lookup (when the arguments are known to be complete and valid)."""
     names = list(kernel.arg_names)
     p = _prefix_for(names + [function_name(kernel)])
     runtime = set(kernel.runtime_params)
@@ -105,12 +120,12 @@ def generate(kernel: Any, callable_grid: bool, stop_after: str | None = None) ->
     if stop("bind"):
         return _wrap(kernel, p, signature, body)
     emit(f"if {p}env_get({p}ENV_KEY) is not None and {p}interpreting():")
-    emit(f"    return {p}kernel._run_interpreted({p}grid, {values}, {nw}, {ns})")
+    emit(f"    return {p}kernel._run_interpreted({p}grid_spec, {values}, {nw}, {ns})")
     if stop("interpret"):
         return _wrap(kernel, p, signature, body)
-    emit(f"{p}drv, {p}current_device, {p}current_stream, {p}launch = {p}HOT")
+    emit(f"{p}drv, {p}current_device, {p}current_stream, {p}streams, {p}launch = {p}HOT")
     emit(f"if {p}drv is None:")
-    emit(f"    {p}drv, {p}current_device, {p}current_stream, {p}launch = {p}activate()")
+    emit(f"    {p}drv, {p}current_device, {p}current_stream, {p}streams, {p}launch = {p}activate()")
     emit(f"{p}device = {p}current_device()")
     if stop("device"):
         return _wrap(kernel, p, signature, body)
@@ -122,20 +137,23 @@ def generate(kernel: Any, callable_grid: bool, stop_after: str | None = None) ->
         v, k, a = f"{p}v{i}", f"{p}k{i}", f"{p}a{i}"
         raw.append(v)
         key += [k, a]
-        emit(f"if isinstance({name}, {p}Tensor):")
-        emit(f"    {v} = {name}.data_ptr()")
-        emit(f"    if {name}.get_device() != {p}device:")
-        emit(f"        raise {p}kernel._device_error({i}, {values}, {p}device, False)")
-        emit(f"    {k} = {name}.dtype")
-        emit(f"    {a} = not {v} & 15")
-        emit(f"elif type({name}) is int:")
+        # Exact types first: isinstance(an int, torch.Tensor) takes CPython's slow path (~100 ns, it looks up
+        # __class__ and walks __bases__); `type(x) is T` costs ~10 ns. Tensor subclasses take the isinstance test.
+        emit(f"{p}t = type({name})")
+        emit(f"if {p}t is int:")
         emit(f"    {v} = {name}")
         emit(f"    {a} = None")
         emit(f"    if -2147483648 <= {name} <= 2147483647:")
         emit(f"        {k} = 'i32=1' if {name} == 1 else ('i32' if {name} & 15 else 'i32:16')")
         emit(f"    else:")
         emit(f"        {k} = {p}kernel._int_code({i}, {name})")
-        emit(f"elif type({name}) is float:")
+        emit(f"elif {p}t is {p}Tensor or {p}t is not float and isinstance({name}, {p}Tensor):")
+        emit(f"    {v} = {name}.data_ptr()")
+        emit(f"    if {name}.get_device() != {p}device:")
+        emit(f"        raise {p}kernel._device_error({i}, {values}, {p}device, False)")
+        emit(f"    {k} = {name}.dtype")
+        emit(f"    {a} = not {v} & 15")
+        emit(f"elif {p}t is float:")
         emit(f"    {v} = {name}")
         emit(f"    {k} = 'fp32'")
         emit(f"    {a} = None")
@@ -149,39 +167,44 @@ def generate(kernel: Any, callable_grid: bool, stop_after: str | None = None) ->
     emit(f"try:")
     emit(f"    {p}entry = {p}entries[{p}key]")
     emit(f"except KeyError:")
-    emit(f"    return {p}kernel._launch_miss({p}key, {p}grid, {values}, {nw}, {ns}, {p}drv, {p}device)")
+    emit(f"    return {p}kernel._launch_miss({p}key, {p}grid_spec, {values}, {nw}, {ns}, {p}drv, {p}device)")
     emit(f"except TypeError:")
     emit(f"    raise {p}kernel._unhashable_constexpr({values}) from None")
     emit(f"{p}edrv, {p}fn, {p}pack, {p}buffer, {p}params, {p}threads, {p}smem, {p}owner, {p}variant = {p}entry")
     emit(f"if {p}edrv is not {p}drv:")
-    emit(f"    return {p}kernel._launch_miss({p}key, {p}grid, {values}, {nw}, {ns}, {p}drv, {p}device)")
+    emit(f"    return {p}kernel._launch_miss({p}key, {p}grid_spec, {values}, {nw}, {ns}, {p}drv, {p}device)")
     if stop("lookup"):
         return _wrap(kernel, p, signature, body)
-    if callable_grid:
-        emit(f"{p}gx, {p}gy, {p}gz = {p}kernel._grid({p}grid, {values}, {nw}, {ns})")
+    emit(f"if {p}grid_fn is None:")
+    emit(f"    {p}gx, {p}gy, {p}gz = {p}grid")
+    emit(f"else:")
+    emit(f"    {p}gx, {p}gy, {p}gz = {p}kernel._grid({p}grid_fn, {values}, {nw}, {ns})")
     if stop("grid"):
         return _wrap(kernel, p, signature, body)
-    emit(f"{p}stream = {p}current_stream({p}device)")
+    emit(f"{p}stream = {p}streams[{p}current_stream({p}device)]")
     if stop("stream"):
         return _wrap(kernel, p, signature, body)
     raw_args = ", ".join(raw)
     raw_list = f"[{raw_args}]"
     grid3 = f"{p}gx, {p}gy, {p}gz"
-    # The owner thread packs the variant's own buffer without a lock: no other thread ever writes it (others go
-    # through Launcher.launch_shared, which packs a second buffer under a lock).
-    emit(f"if {p}get_ident() == {p}owner:")
+    launch = f"{p}launch({p}fn, {grid3}, {p}threads, 1, 1, {p}smem, {p}stream, {p}params, 0)[0]"
     if raw:
+        # The owner thread packs the variant's own buffer without a lock: no other thread ever writes it (others
+        # go through Launcher.launch_shared, which packs a second buffer under a lock).
+        emit(f"if {p}get_ident() == {p}owner:")
         emit(f"    try:")
         emit(f"        {p}pack({p}buffer, 0, {raw_args})")
         emit(f"    except {p}PACK_ERRORS as {p}error:")
         emit(f"        raise {p}variant.pack_error({raw_list}, {p}error) from None")
-    else:
-        emit(f"    pass")
-    if stop("pack"):
-        return _wrap(kernel, p, signature, body)
-    emit(f"    {p}err = {p}launch({p}fn, {grid3}, {p}threads, 1, 1, {p}smem, {p}stream, {p}params, 0)[0]")
-    emit(f"else:")
-    emit(f"    {p}err = {p}variant.launch_shared({p}launch, {p}fn, {grid3}, {p}stream, {raw_list})")
+        if stop("pack"):
+            return _wrap(kernel, p, signature, body)
+        emit(f"    {p}err = {launch}")
+        emit(f"else:")
+        emit(f"    {p}err = {p}variant.launch_shared({p}launch, {p}fn, {grid3}, {p}stream, {raw_list})")
+    else:  # nothing to pack, nothing to race on: any thread launches the (empty) parameter list directly
+        if stop("pack"):
+            return _wrap(kernel, p, signature, body)
+        emit(f"{p}err = {launch}")
     emit(f"if {p}err:")
     emit(f"    {p}variant.launch_failed({p}drv, {p}err, {p}device, ({grid3}), {raw_list})")
     return _wrap(kernel, p, signature, body)
@@ -189,7 +212,8 @@ def generate(kernel: Any, callable_grid: bool, stop_after: str | None = None) ->
 
 def _wrap(kernel: Any, p: str, signature: str, body: list[str]) -> str:
     name = function_name(kernel)
-    lines = [f"def {p}make({p}grid, {p}gx, {p}gy, {p}gz):", f"    def {name}({signature}):"]
+    lines = [f"def {p}make({p}grid, {p}grid_fn):", f"    {p}grid_spec = {p}grid if {p}grid_fn is None else {p}grid_fn",
+             f"    def {name}({signature}):"]
     lines += ["        " + line for line in body]
     # Python's own binding errors name the function by its __qualname__: `add() got multiple values for ...`.
     lines.append(f"    {name}.__qualname__ = {kernel.__name__!r}")
@@ -197,12 +221,34 @@ def _wrap(kernel: Any, p: str, signature: str, body: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_factory(kernel: Any, tensor_type: type, callable_grid: bool,
-                  stop_after: str | None = None) -> Callable[..., Callable[..., None]]:
-    """exec the generated source; returns `make(grid, gx, gy, gz)`."""
+def compile_cached(source: str, filename: str) -> types.CodeType:
+    """compile(source, filename, "exec") through the code-object cache described in the module docstring."""
+    path = cache_dir() / "launchers" / f"{digest([sys.implementation.cache_tag, filename, source])}.marshal"
+    try:
+        code = marshal.loads(path.read_bytes())
+        if isinstance(code, types.CodeType) and code.co_filename == filename:
+            return code
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    code = compile(source, filename, "exec")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        try:
+            temporary.write_bytes(marshal.dumps(code))
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)  # gone after a successful replace
+    except OSError:  # a read-only or full disk only costs the next process a compile
+        pass
+    return code
+
+
+def build_factory(kernel: Any, tensor_type: type, stop_after: str | None = None) -> Callable[..., Callable[..., None]]:
+    """exec the generated source; returns `make(grid, grid_fn)`."""
     if stop_after is not None and stop_after not in STAGES:
         raise ValueError(f"unknown stage {stop_after!r}; stages: {', '.join(STAGES)}")
-    source = generate(kernel, callable_grid, stop_after)
+    source = generate(kernel, stop_after)
     p = _prefix_for(list(kernel.arg_names) + [function_name(kernel)])
     from .jit import interpreting
 
@@ -220,9 +266,8 @@ def build_factory(kernel: Any, tensor_type: type, callable_grid: bool,
         f"{p}get_ident": threading.get_ident,
         f"{p}PACK_ERRORS": PACK_ERRORS,
     }
-    kind = "callable grid" if callable_grid else "grid"
-    filename = f"<minitriton launch of {kernel.__name__} ({kind}{', ' + stop_after if stop_after else ''})>"
-    exec(compile(source, filename, "exec"), namespace)
+    filename = f"<minitriton launch of {kernel.__name__}{' (up to ' + stop_after + ')' if stop_after else ''}>"
+    exec(compile_cached(source, filename), namespace)
     # Tracebacks through the generated function show its source.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return namespace[f"{p}make"]
@@ -254,8 +299,9 @@ def _fits(p: str, name: str, code: str, index: int) -> list[str]:
         return [f"if type({name}) is not float and type({name}) is not int:", f"    {fail}", f"{v} = {name}"]
     if base == "i1":
         return [f"if type({name}) is not bool:", f"    {fail}", f"{v} = {name}"]
-    # Other scalar types (u32, fp16, ...) only come from numpy scalars: the generic classification decides.
-    return [f"if {p}kernel._other_argument({index}, {name}, ())[0] != {code!r}:", f"    {fail}", f"{v} = {name}"]
+    # Descriptors and other scalar types (numpy scalars): the generic classification decides.
+    return [f"if {p}kernel._other_argument({p}kernel.arg_names.index({name!r}), {name}, ())[0] != {code!r}:",
+            f"    {fail}", f"{v} = {name}"]
 
 
 def generate_prepared(kernel: Any, codes: Sequence[str]) -> str:
@@ -272,22 +318,22 @@ def generate_prepared(kernel: Any, codes: Sequence[str]) -> str:
     missing_test = " and ".join(f"{n} is {p}M" for n in names) or "True"
     given = "(" + "".join(f"{n}, " for n in names) + ")"
     body = [
-        f"{p}drv, {p}current_device, {p}current_stream, {p}launch = {p}HOT",
+        f"{p}drv, {p}current_device, {p}current_stream, {p}streams, {p}launch = {p}HOT",
         f"if {p}drv is not {p}pdrv or {p}current_device() != {p}device:",
         f"    raise {p}kernel._prepared_elsewhere({p}pdrv, {p}device)",
         f"if {missing_test}:",
         f"    {p}err = {p}launch({p}fn, {p}gx, {p}gy, {p}gz, {p}threads, 1, 1, {p}smem, "
-        f"{p}current_stream({p}device), {p}own_params, 0)[0]",
+        f"{p}streams[{p}current_stream({p}device)], {p}own_params, 0)[0]",
         f"    if {p}err:",
         f"        {p}variant.launch_failed({p}drv, {p}err, {p}device, ({p}gx, {p}gy, {p}gz), {p}own_raw)",
         f"    return",
     ]
     if names:
-        body += [f"if {p}M in {given}:", f"    raise {p}kernel._prepared_partial({given})"]
+        body += [f"if {' or '.join(f'{n} is {p}M' for n in names)}:", f"    raise {p}kernel._prepared_partial({given})"]
     for name, code in zip(names, codes):
         body += _fits(p, name, code, names.index(name))
     raw = ", ".join(f"{p}v{i}" for i in range(len(names)))
-    body += [f"{p}stream = {p}current_stream({p}device)", f"if {p}get_ident() == {p}owner:"]
+    body += [f"{p}stream = {p}streams[{p}current_stream({p}device)]", f"if {p}get_ident() == {p}owner:"]
     if names:
         body += [f"    try:", f"        {p}pack({p}buffer, 0, {raw})",
                  f"    except {p}PACK_ERRORS as {p}error:",
@@ -318,6 +364,6 @@ def build_prepared(kernel: Any, tensor_type: type, codes: Sequence[str], dtypes:
         f"{p}HOT": _driver.HOT, f"{p}get_ident": threading.get_ident, f"{p}PACK_ERRORS": PACK_ERRORS,
     }
     filename = f"<minitriton prepared launch of {kernel.__name__} {' '.join(codes)}>"
-    exec(compile(source, filename, "exec"), namespace)
+    exec(compile_cached(source, filename), namespace)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return namespace[f"{p}make_prepared"](driver, device, entry, *grid, own_params, own_raw)

@@ -5,7 +5,8 @@ CudaDriver. Tests install a fake with `set_driver` (same methods), so the launch
 
 The interface (what launcher.py, binder.py and jit.py call):
     current_device() -> int                 torch's current CUDA device (a fake may answer -1: host tensors)
-    current_stream(device) -> Any           torch's current stream on that device, in a form `launch` takes
+    current_stream(device) -> Any           torch's current stream on that device (a raw handle `launch` takes)
+    streams (optional)                      raw handle -> the form `launch` takes fastest (CudaDriver: CUstream)
     load_function(image, name, device)      cubin bytes or PTX text -> a function handle (module kept alive)
     set_max_dynamic_shared(fn, nbytes)      opt in to more than 48 KB of dynamic shared memory
     max_shared_per_block(device) -> int     the opt-in limit, for a readable error before launching
@@ -14,9 +15,10 @@ The interface (what launcher.py, binder.py and jit.py call):
     ensure_context(device)                  make torch's (primary) context current on this thread
 
 The launch hot path calls current_device, current_stream and launch at every launch: `HOT` holds the active driver
-with those three bound once (set_driver and get_driver keep it current), so a launch reads them with one list
-unpack instead of three attribute lookups. The real driver binds them to C functions (torch's device and raw-stream
-getters, cuda-bindings' cuLaunchKernel), so none of the three runs Python code.
+with those bound once, plus its `streams` mapping (set_driver and get_driver keep it current), so a launch reads
+them with one list unpack instead of attribute lookups. The real driver binds them to C functions (torch's device
+and raw-stream getters, cuda-bindings' cuLaunchKernel) and maps raw handles to cached CUstream objects with a dict
+(a hit is a C-level lookup; cuLaunchKernel converts a CUstream ~40 ns faster than an int), so no Python code runs.
 """
 from __future__ import annotations
 
@@ -26,6 +28,30 @@ from typing import Any
 
 class CudaError(RuntimeError):
     """A CUDA driver call failed; the message names the call, the kernel and the driver's error."""
+
+
+class StreamObjects(dict):
+    """raw stream handle -> `make(handle)`, made on first use (a dict hit runs no Python code). Bounded: a
+    program that creates streams without end starts the cache over."""
+
+    LIMIT = 4096
+
+    def __init__(self, make: Any):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, raw: int) -> Any:
+        if len(self) >= self.LIMIT:
+            self.clear()
+        obj = self[raw] = self.make(raw)
+        return obj
+
+
+class _SameHandle(dict):
+    """The `streams` of a driver without one: every handle stands for itself."""
+
+    def __missing__(self, raw: Any) -> Any:
+        return raw
 
 
 class CudaDriver:
@@ -43,12 +69,11 @@ class CudaDriver:
         self.launch = cu.cuLaunchKernel
         # torch.cuda.current_device without its lazy-init check (done above).
         self.current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
-        # The raw-stream getter Triton uses: far cheaper than torch.cuda.current_stream().cuda_stream. It answers
-        # the handle as an int, which cuLaunchKernel takes as it is (converting it costs less than a Python-level
-        # cache of CUstream objects would).
+        # The raw-stream getter Triton uses: far cheaper than torch.cuda.current_stream().cuda_stream.
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self.current_stream = raw if raw is not None else (
             lambda device: torch.cuda.current_stream(device).cuda_stream)
+        self.streams = StreamObjects(cu.CUstream)
         self._modules: list[Any] = []  # keeps every loaded module alive as long as the driver
         self._check(cu.cuInit(0), "cuInit")
 
@@ -101,17 +126,30 @@ class CudaDriver:
         return err == self.cu.CUresult.CUDA_ERROR_INVALID_CONTEXT
 
 
+def stream_for(driver: Any, device: int) -> Any:
+    """The current stream of `device` as `driver.launch` takes it (through `driver.streams` when it has one): what
+    the slow paths pass, the same object the hot path gets from HOT."""
+    raw = driver.current_stream(device)
+    streams = getattr(driver, "streams", None)
+    return raw if streams is None else streams[raw]
+
+
 _active: Any = None
 _lock = threading.Lock()
-# [driver, current_device, current_stream, launch] of the active driver; all None until there is one.
-HOT: list[Any] = [None, None, None, None]
+# [driver, current_device, current_stream, streams, launch] of the active driver; all None until there is one.
+HOT: list[Any] = [None] * 5
 
 
 def _install(driver: Any) -> None:
     global _active
     _active = driver
-    # One slice assignment: a launch on another thread unpacks either the old four or the new four.
-    HOT[:] = [None] * 4 if driver is None else [driver, driver.current_device, driver.current_stream, driver.launch]
+    # One slice assignment: a launch on another thread unpacks either the old five or the new five.
+    if driver is None:
+        HOT[:] = [None] * 5
+        return
+    streams = getattr(driver, "streams", None)  # (an empty mapping is falsy: test for None)
+    HOT[:] = [driver, driver.current_device, driver.current_stream, _SameHandle() if streams is None else streams,
+              driver.launch]
 
 
 def get_driver() -> Any:

@@ -12,9 +12,10 @@ The slow path (`_launch_miss`) runs once per key and device: it recomputes the k
 (`_specialize`, the readable reference for what the hot path inlines), validates, finds the compiled variant in
 memory, else in the on-disk cache (cache.py), else compiles (compiler.py), loads the function and records the entry.
 
-`kernel.prepare(grid, *args, **kwargs)` returns a PreparedLaunch bound to one variant: calling it re-launches with
-the same arguments, or with new runtime arguments that fit the same specialization (checked), without binding or
-looking anything up (see prepared.py).
+`kernel.prepare(grid, *args, **kwargs)` returns a launch function bound to one variant, grid and device: calling it
+with no arguments re-launches the prepared ones (nothing is checked or packed: only the stream and the driver call),
+calling it with new runtime arguments checks that they fit the same specialization and launches without binding
+or looking anything up (binder.generate_prepared).
 
 MINITRITON_INTERPRET=1 (read at every launch) instead builds the tile IR and runs it on CPU tensors through the
 interpreter. `kernel.specialize(signature=..., **constexprs)` declares ahead-of-time specializations for
@@ -37,7 +38,7 @@ from minitriton import compiler  # light: the frontend, passes and codegen load 
 from . import binder
 from . import driver as _driver
 from .cache import DiskCache, compiler_version, digest
-from .launcher import Launcher
+from .launcher import PACK_ERRORS, Launcher, ParamBuffer
 from .tma import TensorDescriptor
 from .fingerprint import source_fingerprint
 from .specialize import (ArgSpec, SignatureError, int_code, parse_arg_spec, parse_signature, supported_dtypes,
@@ -139,7 +140,7 @@ class Kernel:
         self._variants: dict[tuple, Any] = {}  # specialization key (Triton's spelling) -> Launcher
         self._entries: dict[tuple, tuple] = {}  # the hot path's key -> Launcher.entry (see binder.py)
         self._launch_fns: dict[Any, Callable[..., None]] = {}  # grid -> generated launch function
-        self._factories: tuple[Any, Any] | None = None  # binder factories: (static grid, callable grid)
+        self._factory: Callable[..., Callable[..., None]] | None = None  # binder.build_factory, made on first use
         self._interpreted: dict[tuple, tuple[Any, list[int]]] = {}  # key -> (interpreter program, arg positions)
         self._lock = threading.RLock()
         self._fingerprint: str | None = None
@@ -184,19 +185,13 @@ class Kernel:
         """Make the launch function of `grid` (validated here, once) and keep it when the grid is hashable.
 
         A grid equal to a cached one reuses its function: `(1.0,)` after `(1,)` launches grid (1,)."""
-        if self._factories is None:
+        if self._factory is None:
             if Tensor is None:
                 _load_torch()
             with self._lock:
-                if self._factories is None:
-                    self._factories = (binder.build_factory(self, Tensor, callable_grid=False),
-                                       binder.build_factory(self, Tensor, callable_grid=True))
-        static, dynamic = self._factories
-        if callable(grid):
-            fn = dynamic(grid, None, None, None)
-        else:
-            gx, gy, gz = self._grid(grid, (), 0, 0)
-            fn = static((gx, gy, gz), gx, gy, gz)
+                if self._factory is None:
+                    self._factory = binder.build_factory(self, Tensor)
+        fn = self._factory(None, grid) if callable(grid) else self._factory(self._grid(grid, (), 0, 0), None)
         try:
             if len(self._launch_fns) >= MAX_CACHED_GRIDS:
                 self._launch_fns.clear()
@@ -224,9 +219,76 @@ class Kernel:
         entry = launcher.entry(driver, device)
         self._entries[fast_key] = entry
         fn = entry[1]
-        err = launcher.launch(driver.launch, fn, gx, gy, gz, driver.current_stream(device), raw)
+        err = launcher.launch(driver.launch, fn, gx, gy, gz, _driver.stream_for(driver, device), raw)
         if err:
             launcher.launch_failed(driver, err, device, (gx, gy, gz), raw)
+
+    def prepare(self, grid: Any, *args: Any, **kwargs: Any) -> Callable[..., None]:
+        """Compile (if needed) and bind one variant, grid and the current device; returns its launch function.
+
+        `prepared()` re-launches these arguments (the tensors are kept alive by the function); `prepared(*runtime
+        args)` launches new runtime arguments (constexprs and options stay), which must fit the specialization:
+        same dtypes, 16-byte alignment where the variant assumes it, ints in the same class (== 1, % 16, i32/i64),
+        tensors on the prepared device (ValueError otherwise). A callable grid is evaluated once, here.
+        """
+        if interpreting():
+            raise RuntimeError(f"kernel '{self.__name__}'.prepare() launches compiled code; it is not available "
+                               f"with MINITRITON_INTERPRET=1 (launch with {self.__name__}[grid](...) instead)")
+        values, num_warps, num_stages = self._bind(args, dict(kwargs))
+        driver = _driver.get_driver()
+        device = driver.current_device()
+        key, raw = self._specialize(values, num_warps, num_stages, device, False)
+        grid3 = self._grid(grid, values, num_warps, num_stages)
+        try:
+            launcher = self._variants.get(key)
+        except TypeError:
+            raise self._unhashable_constexpr(values) from None
+        if launcher is None:
+            launcher = self._build(key, values, num_warps, num_stages)
+        entry = launcher.entry(driver, device)
+        own = ParamBuffer(launcher.params.slots)
+        try:
+            launcher.pack(own.buffer, 0, *raw)
+        except PACK_ERRORS as e:
+            raise launcher.pack_error(raw, e) from None
+        runtime = [values[i] for i in self._runtime_idx]
+        dtypes = [a.dtype if isinstance(a, Tensor) else None for a in runtime]
+        fn: Any = binder.build_prepared(self, Tensor, key[:len(runtime)], dtypes, driver, device, entry, grid3,
+                                        own.address, raw)
+        fn.kernel, fn.specialization, fn.grid, fn.device = self, key, grid3, device
+        fn.keep_alive = (own, runtime)  # the parameter buffer and the tensors its pointers point into
+        return fn
+
+    def _prepared_mismatch(self, index: int, value: Any, code: str, device: int) -> ValueError:
+        name = self.runtime_params[index]
+        if isinstance(value, Tensor):
+            where = _device_name(value)
+            aligned = "16-byte aligned" if value.data_ptr() % 16 == 0 else "not 16-byte aligned"
+            got = f"a {str(value.dtype).replace('torch.', '')} tensor on {where}, {aligned}"
+        elif type(value) is int:
+            try:
+                got = f"{value} ({int_code(value)})"
+            except ValueError:
+                got = f"{value}, beyond 64 bits"
+        else:
+            got = f"{value!r} ({type(value).__name__})"
+        place = f" on cuda:{device}" if device >= 0 else ""
+        return ValueError(f"argument '{name}' of the prepared launch of kernel '{self.__name__}' is {got}; it was "
+                          f"prepared{place} for {code}. Prepare again for these arguments, or launch with "
+                          f"{self.__name__}[grid](...)")
+
+    def _prepared_elsewhere(self, prepared_driver: Any, device: int) -> RuntimeError:
+        if _driver.HOT[0] is not prepared_driver:
+            return RuntimeError(f"the prepared launch of kernel '{self.__name__}' belongs to a driver that is no "
+                                f"longer active (set_driver was called); prepare it again")
+        current = _driver.HOT[1]()
+        return RuntimeError(f"the prepared launch of kernel '{self.__name__}' was prepared on device {device} but "
+                            f"the current device is {current}; launch it inside `with torch.cuda.device({device}):`")
+
+    def _prepared_partial(self, given: Sequence[Any]) -> TypeError:
+        missing = [n for n, v in zip(self.runtime_params, given) if v is _MISSING]
+        return TypeError(f"the prepared launch of kernel '{self.__name__}' takes all of its runtime arguments "
+                         f"({', '.join(self.runtime_params)}) or none; missing {', '.join(map(repr, missing))}")
 
     def _bad_call(self, values: Sequence[Any], extra: tuple, unknown: dict) -> None:
         """Too many positional arguments, or keywords that name no parameter (the generated function collects

@@ -6,11 +6,25 @@ array of pointers to the slots — so a launch only packs the new pointer and sc
 `struct.pack_into`) and hands the driver the same address every time. Nothing is allocated on the device and nothing
 synchronizes, so launches can be captured into CUDA graphs (the driver copies the parameters during the call).
 
-The launch hot path itself is generated per kernel (binder.py); it reads a Launcher's `entry(driver, device)`, a
-tuple of everything one launch needs, and packs and launches inline. Threads: the driver call releases the GIL, so
-two threads packing one buffer could each launch with the other's values. Instead of a lock on every launch, the
-buffer belongs to one thread (`owner`, the first to launch the variant); any other thread launches through
-`launch_shared`, which packs a second buffer under a lock.
+How the hot path works (`kernel[grid](x, y, out, n, BLOCK=128)` once the variant exists):
+  1. `kernel[grid]` is a dict hit returning the launch function generated for the kernel (binder.py), made once per
+     grid; the grid was validated when it was made.
+  2. Calling it, Python binds the arguments to the kernel's own parameter list (no Python-level binding code).
+  3. One environment-dict read for MINITRITON_INTERPRET; one list unpack gives the active driver's three per-launch
+     calls (driver.HOT); current_device().
+  4. Per runtime argument, inline: tensor -> data_ptr, get_device (checked against the current device), dtype and
+     16-byte alignment; int -> i32 / i32:16 / i32=1 (i64 through a helper); float -> fp32.
+  5. One flat key tuple, one dict lookup: the entry of (device, specialization) -> `Launcher.entry`, a tuple of the
+     function handle, the packer, the buffer and its address, block size, shared memory and the owning thread.
+  6. current_stream(device) (a C getter: torch's raw stream handle) and the driver's dict of CUstream objects.
+  7. The owning thread packs the variant's buffer (one struct.pack_into) and calls cuLaunchKernel (cuda-bindings,
+     the function handle as a CUfunction object, the parameter array as an address).
+Anything unusual — a new key, a replaced driver, a bad argument, a value that does not fit its slot, a failed
+launch — leaves this path for the Kernel / Launcher method that handles it; tools/launch_profile.py times each step.
+
+Threads: the driver call releases the GIL, so two threads packing one buffer could each launch with the other's
+values. Instead of a lock on every launch, the buffer belongs to one thread (`owner`, the first to launch the
+variant); any other thread launches through `launch_shared`, which packs a second buffer under a lock.
 """
 from __future__ import annotations
 
@@ -20,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .driver import CudaError
+from .driver import CudaError, stream_for
 from minitriton.ir.types import TensorDescType
 
 from .specialize import parse_arg_spec
@@ -153,7 +167,7 @@ class Launcher:
     def __call__(self, driver: Any, device: int, gx: int, gy: int, gz: int, raw: list) -> None:
         """Launch on torch's current stream of `device` (the generic path; binder.py inlines the same steps)."""
         fn = self.function(driver, device)
-        err = self.launch(driver.launch, fn, gx, gy, gz, driver.current_stream(device), raw)
+        err = self.launch(driver.launch, fn, gx, gy, gz, stream_for(driver, device), raw)
         if err:
             self.launch_failed(driver, err, device, (gx, gy, gz), raw)
 
@@ -215,8 +229,7 @@ class Launcher:
         """After a failed cuLaunchKernel: retry once on a thread without torch's context current, else raise."""
         if driver.is_invalid_context(err):
             driver.ensure_context(device)
-            err = self.launch(driver.launch, self.function(driver, device), *grid, driver.current_stream(device),
-                              raw)
+            err = self.launch(driver.launch, self.function(driver, device), *grid, stream_for(driver, device), raw)
             if not err:
                 return
         raise CudaError(f"cuLaunchKernel of kernel '{self.name}' (grid {grid}, {self.threads} threads, "

@@ -1,0 +1,380 @@
+"""mt.dot on tensor cores with `mma.sync.aligned.m16n8k16` (warp-level MMA), and conversions into its operand layouts.
+
+Fragments (PTX ISA "matrix fragments for mma.m16n8k16"; CUTLASS SM80_16x8x16_F32BF16BF16F32_TN). With
+g = lane / 4 and t = lane % 4, one warp holds, per instruction:
+  A 16 x 16 (row-major, 8 x 16-bit: a0..a7, two per 32-bit register, the lower index in the low half):
+      element j at (row g + 8 * ((j >> 1) & 1), col 2 * t + (j & 1) + 8 * (j >> 2))
+  B 16 x 8 (k x n, "col": K-adjacent pairs per register: b0..b3):  element j at (k 2 * t + (j & 1) + 8 * (j >> 1), n g)
+  C / D 16 x 8 (f32: c0..c3):                                       element j at (row g + 8 * (j >> 1), col 2 * t + (j & 1))
+
+The tile layouts (minitriton/ir/mma_layouts.py) put fragment row g + 8 * i of m-block r of warp-row warp_m at tile
+row g + 8 * warp_m + 8 * WM * (2 * r + i) (`logical_row`), and fragment column c of n-block b of warp-column warp_n
+at tile column c + 8 * warp_n + 8 * WN * b. So the accumulator, A and B fragments are whole registers of the
+values' thread maps; which register holds which fragment element is read off the thread map at thread 0 (where
+every base coordinate is 0), and tests/test_mma.py checks the result against the fragment maps for every thread.
+
+Operands (`mt.convert_layout` to `#mt.dot_op`): a register renaming when the source layout already puts every
+element in the right thread (attention's P = softmax(S) from an accumulator with WN = 1), else through shared
+memory: `bar.sync`, the owners store the tile with 16-byte vectors along its contiguous dim (rows padded by 16
+bytes so the 8 rows an ldmatrix phase reads hit distinct banks), `bar.sync`, then `ldmatrix.sync.aligned.m8n8.x4`
+(x2 for a lone 8-column block of B) reads the fragments — `.trans` when K is not the contiguous dim in shared
+memory. ldmatrix: lanes 8q .. 8q + 7 give the addresses of the 8 rows (16 bytes each) of matrix q, which lands
+in destination register q: thread `lane` receives row lane / 4, columns 2 * (lane % 4) + {0, 1} (transposed:
+rows 2 * (lane % 4) + {0, 1}, column lane / 4).
+
+The dot: for every m-block, n-block and 16-wide K step one `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`
+(f16 alike), accumulating in place in fresh registers that start from the accumulator operand's; the result stays
+in the mma layout (a loop-carried accumulator never leaves registers), and converts to other layouts through
+codegen/layout_moves.py like any blocked tile.
+"""
+from __future__ import annotations
+
+from minitriton.ir import Operation
+from minitriton.ir.layouts import ThreadMap, log2, vector_groups
+from minitriton.ir.mma_layouts import warps_of
+from minitriton.ir.types import ScalarType
+
+from .context import KernelContext
+from .layout_moves import identity, register_permutation
+
+PAD_BYTES = 16  # padding per shared-memory row of a staged operand
+
+
+# ------------------------------------------------------------------------------------------- fragments
+
+
+def a_fragment(lane: int, j: int, k_width: int = 2) -> tuple[int, int]:
+    """(row, col) in the 16 x 16 A tile of element a_j (0..7) held by `lane`; k_width 1: the 16 x 8 tf32 tile of
+    m16n8k8, a_j (0..3)."""
+    g, t = lane >> 2, lane & 3
+    if k_width == 1:
+        return g + 8 * (j & 1), t + 4 * (j >> 1)
+    return g + 8 * ((j >> 1) & 1), 2 * t + (j & 1) + 8 * (j >> 2)
+
+
+def b_fragment(lane: int, j: int, k_width: int = 2) -> tuple[int, int]:
+    """(k, n) in the 16 x 8 B tile of element b_j (0..3) held by `lane`; k_width 1: the 8 x 8 tf32 tile, b_j (0, 1)."""
+    g, t = lane >> 2, lane & 3
+    if k_width == 1:
+        return t + 4 * j, g
+    return 2 * t + (j & 1) + 8 * (j >> 1), g
+
+
+def c_fragment(lane: int, j: int) -> tuple[int, int]:
+    """(row, col) in the 16 x 8 C / D tile of element c_j (0..3) held by `lane`."""
+    g, t = lane >> 2, lane & 3
+    return g + 8 * (j >> 1), 2 * t + (j & 1)
+
+
+def ldmatrix_element(lane: int, half: int, trans: bool) -> tuple[int, int]:
+    """(row, col) in an 8 x 8 matrix (rows as stored in shared memory) of the 16-bit value `half` (0 low, 1 high)
+    that `lane` receives in the matrix's destination register."""
+    if trans:
+        return 2 * (lane & 3) + half, lane >> 2
+    return lane >> 2, 2 * (lane & 3) + half
+
+
+def logical_row(frag_row: int, warp_m: int, rep_m: int, wm: int) -> int:
+    """The tile row that row `frag_row` (0..15) of m-block `rep_m` of warp-row `warp_m` computes."""
+    return frag_row % 8 + 8 * warp_m + 8 * wm * (2 * rep_m + frag_row // 8)
+
+
+def logical_col(frag_col: int, warp_n: int, rep_n: int, wn: int) -> int:
+    """The tile column that column `frag_col` (0..7) of n-block `rep_n` of warp-column `warp_n` computes."""
+    return frag_col + 8 * warp_n + 8 * wn * rep_n
+
+
+def register_index(tmap: ThreadMap) -> dict[tuple[int, ...], int]:
+    """Register of each of thread 0's elements (thread 0's base is the origin, so these are the offsets)."""
+    return {tmap.element(0, r): r for r in range(tmap.num_regs)}
+
+
+def a_registers(tmap: ThreadMap, wm: int, rep_m: int, kk: int, k_width: int = 2) -> list[int]:
+    """The registers of a dot_op A value holding a0..a7 (tf32: a0..a3) of m-block rep_m, K step kk."""
+    index = register_index(tmap)
+    out = []
+    for j in range(4 * k_width):
+        row, col = a_fragment(0, j, k_width)
+        out.append(index[(logical_row(row, 0, rep_m, wm), 8 * k_width * kk + col)])
+    return out
+
+
+def b_registers(tmap: ThreadMap, wn: int, rep_n: int, kk: int, k_width: int = 2) -> list[int]:
+    """The registers of a dot_op B value holding b0..b3 (tf32: b0, b1) of n-block rep_n, K step kk."""
+    index = register_index(tmap)
+    out = []
+    for j in range(2 * k_width):
+        k, n = b_fragment(0, j, k_width)
+        out.append(index[(8 * k_width * kk + k, logical_col(n, 0, rep_n, wn))])
+    return out
+
+
+def c_registers(tmap: ThreadMap, wm: int, wn: int, rep_m: int, rep_n: int) -> list[int]:
+    """The registers of an mma accumulator holding c0..c3 of block (rep_m, rep_n)."""
+    index = register_index(tmap)
+    out = []
+    for j in range(4):
+        row, col = c_fragment(0, j)
+        out.append(index[(logical_row(row, 0, rep_m, wm), logical_col(col, 0, rep_n, wn))])
+    return out
+
+
+# ------------------------------------------------------------------------------------------- operands
+
+
+def lower_to_dot_operand(ctx: KernelContext, op: Operation) -> None:
+    """mt.convert_layout into `#mt.dot_op`: renaming registers when possible, else shared memory + ldmatrix."""
+    src_v, dst_v = op.operands[0], op.result
+    src, dst = ctx.tmap(src_v), ctx.tmap(dst_v)
+    regs = ctx.get(src_v)
+    perm = register_permutation(src, dst, identity)
+    if perm is not None:
+        ctx.bind(dst_v, [regs[s] for s in perm])
+        return
+    enc = dst_v.type.encoding
+    op_idx, k_width = enc.get("opIdx"), enc.get("kWidth")
+    t: ScalarType = src_v.type.scalar  # type: ignore[assignment]
+    if t.bits != 32 // k_width:
+        raise ctx.error(f"a kWidth {k_width} operand holds {32 // k_width}-bit elements, got {t}")
+    k_dim = 1 if op_idx == 0 else 0
+    # ldmatrix transposes 16-bit elements only: tf32 operands are always stored K-contiguous
+    contiguous = staging_dim(src, k_dim, t.bytes) if k_width == 2 else k_dim
+    pitch = stage_padded(ctx, regs, src, contiguous, t.bytes)
+    trans = contiguous != k_dim
+    load = _ldmatrix_a if op_idx == 0 else _ldmatrix_b
+    ctx.bind(dst_v, load(ctx, dst, enc, pitch, trans, k_width))
+
+
+def store_width(tmap: ThreadMap, dim: int, elem_bytes: int = 2) -> int:
+    """Elements per vector store (at most 16 bytes) along `dim` that the registers allow: runs of consecutive
+    registers, each starting at a multiple of the width in every thread."""
+    for width in (8, 4, 2):
+        if width * elem_bytes > 16:
+            continue
+        try:
+            groups = vector_groups(tmap, dim, width)
+        except ValueError:
+            continue
+        dm = tmap.dims[dim]
+        base_aligned = dm.tpw * dm.wpc == 1 or dm.spt % width == 0
+        if base_aligned and all(tmap.reg_offsets[g[0]][dim] % width == 0 for g in groups):
+            return width
+    return 1
+
+
+def staging_dim(tmap: ThreadMap, k_dim: int, elem_bytes: int = 2) -> int:
+    """The dim to make contiguous in shared memory: the one the source's registers run along (K on a tie)."""
+    other = 1 - k_dim
+    return other if store_width(tmap, other, elem_bytes) > store_width(tmap, k_dim, elem_bytes) else k_dim
+
+
+def stage_padded(ctx: KernelContext, regs: list[str], tmap: ThreadMap, contiguous: int, elem_bytes: int = 2) -> int:
+    """Write a 2-D tile of 16- or 32-bit elements to shared memory with dim `contiguous` contiguous and rows padded
+    by 16 bytes; returns the row pitch in elements. Ends with the barrier that makes it readable."""
+    rows, cols = tmap.shape[1 - contiguous], tmap.shape[contiguous]
+    pitch = cols + PAD_BYTES // elem_bytes
+    strides = [0, 0]
+    strides[1 - contiguous], strides[contiguous] = pitch, 1
+    ctx.need_smem(rows * pitch * elem_bytes)
+    width = store_width(tmap, contiguous, elem_bytes)
+    groups = vector_groups(tmap, contiguous, width) if width > 1 else [[r] for r in range(tmap.num_regs)]
+    owner = ctx.owner_pred(tmap)
+    ctx.barrier()
+    addr = ctx.smem_addr(tmap, strides, elem_bytes)
+    store = store_shared_b16 if elem_bytes == 2 else store_shared_b32
+    for group in groups:
+        off = tmap.reg_offsets[group[0]]
+        store(ctx, f"{addr}+{elem_bytes * (off[0] * strides[0] + off[1] * strides[1])}", [regs[r] for r in group],
+              owner)
+    ctx.barrier()
+    return pitch
+
+
+def store_shared_b16(ctx: KernelContext, addr: str, vals: list[str], pred: str | None) -> None:
+    """st.shared of 1, 2, 4 or 8 consecutive 16-bit values (pairs packed into 32-bit words)."""
+    if len(vals) == 1:
+        ctx.emit(f"{_guard(pred)}st.shared.b16 [{addr}], {vals[0]};")
+        return
+    store_shared_b32(ctx, addr, [pack(ctx, vals[i], vals[i + 1]) for i in range(0, len(vals), 2)], pred)
+
+
+def store_shared_b32(ctx: KernelContext, addr: str, words: list[str], pred: str | None) -> None:
+    """st.shared of 1, 2 or 4 consecutive 32-bit registers."""
+    vec = "" if len(words) == 1 else f".v{len(words)}"
+    body = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+    ctx.emit(f"{_guard(pred)}st.shared{vec}.b32 [{addr}], {body};")
+
+
+def _guard(pred: str | None) -> str:
+    return f"@{pred} " if pred else ""
+
+
+def pack(ctx: KernelContext, lo: str, hi: str) -> str:
+    """A 32-bit register holding two 16-bit values (lo in the low half): the register they were unpacked from
+    when ldmatrix produced them (written once, so it is valid wherever they are), else a new mov."""
+    known = ctx._cache.get(("packed", lo, hi))
+    if known is not None:
+        return known
+    r = ctx.new("b32")
+    ctx.emit(f"mov.b32 {r}, {{{lo}, {hi}}};")
+    return r
+
+
+def _unpack(ctx: KernelContext, r: str, k_width: int) -> list[str]:
+    """The elements an ldmatrix register holds: two 16-bit halves (kWidth 2) or one f32 (tf32)."""
+    if k_width == 1:
+        f = ctx.new("f32")
+        ctx.emit(f"mov.b32 {f}, {r};")
+        return [f]
+    lo, hi = ctx.new("b16"), ctx.new("b16")
+    ctx.emit(f"mov.b32 {{{lo}, {hi}}}, {r};")
+    ctx._cache[("packed", lo, hi)] = r
+    return [lo, hi]
+
+
+def _lane_address(ctx: KernelContext, pitch: int, elem_bytes: int, row_terms: list[tuple[str, int]],
+                  col_terms: list[tuple[str, int]]) -> str:
+    """smem + elem_bytes * (pitch * sum(row_terms) + sum(col_terms)), each term (register, multiplier): the per-lane
+    part of an ldmatrix address (computed once, in the prologue)."""
+    key = ("ldmatrix_addr", pitch, elem_bytes, tuple(row_terms), tuple(col_terms))
+
+    def linear(terms: list[tuple[str, int]], scale: int, acc: str) -> str:
+        for reg, mul in terms:
+            if mul:
+                acc = ctx._pro(("mad", reg, mul * scale, acc), "b32", f"mad.lo.u32 {{d}}, {reg}, {mul * scale}, {acc};")
+        return acc
+
+    lin = linear(col_terms, elem_bytes, linear(row_terms, elem_bytes * pitch, ctx.smem))
+    return ctx._pro(key, "b32", f"mov.u32 {{d}}, {lin};")
+
+
+def _lane_bits(ctx: KernelContext) -> tuple[str, str, str]:
+    """(r, q & 1, q >> 1) with r = lane % 8 (the row an ldmatrix lane addresses) and q = lane / 8 (its matrix)."""
+    lane = ctx.lane
+    r = ctx._pro("ldm_r", "b32", f"and.b32 {{d}}, {lane}, 7;")
+    qlo = ctx._pro("ldm_qlo", "b32", f"bfe.u32 {{d}}, {lane}, 3, 1;")
+    qhi = ctx._pro("ldm_qhi", "b32", f"bfe.u32 {{d}}, {lane}, 4, 1;")
+    return r, qlo, qhi
+
+
+def _warp_coords(ctx: KernelContext, wm: int, wn: int) -> tuple[str, str]:
+    """(warp_m, warp_n): the warp's position in warpsPerCTA [WM, WN] (warp_n varies fastest)."""
+    warp = ctx.warp
+    zero = ctx.const("0", "b32")
+    warp_n = zero if wn == 1 else ctx._pro(("warp_n", wn), "b32", f"and.b32 {{d}}, {warp}, {wn - 1};")
+    warp_m = zero if wm == 1 else ctx._pro(("warp_m", wm, wn), "b32",
+                                           f"bfe.u32 {{d}}, {warp}, {log2(wn)}, {log2(wm)};")
+    return warp_m, warp_n
+
+
+def _ldmatrix(ctx: KernelContext, count: int, trans: bool, addr: str) -> list[str]:
+    dst = [ctx.new("b32") for _ in range(count)]
+    ctx.emit(f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
+             f"{{{', '.join(dst)}}}, [{addr}];")
+    return dst
+
+
+def _ldmatrix_a(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: bool,  # type: ignore[no-untyped-def]
+                k_width: int) -> list[str]:
+    """A fragments: matrix q of (m-block, K step) covers fragment rows 8 * (q & 1) .. + 7 and K columns
+    kb * (q >> 1) .. + kb - 1, kb = 4 * kWidth (16 bytes): registers a0a1, a2a3, a4a5, a6a7 (tf32: a0 .. a3)."""
+    wm, wn = warps_of(enc)
+    m, k = tmap.shape
+    kb, step, eb = 4 * k_width, 8 * k_width, 4 // k_width
+    r, qlo, qhi = _lane_bits(ctx)
+    warp_m, _ = _warp_coords(ctx, wm, wn)
+    # the lane's matrix row: tile row r + 8 * warp_m + 8 * WM * (q & 1) (m-block 0), K column kb * (q >> 1)
+    if trans:  # shared memory holds A^T (rows k): the lane addresses K row kb * (q >> 1) + r at column m
+        addr = _lane_address(ctx, pitch, eb, [(r, 1), (qhi, kb)], [(warp_m, 8), (qlo, 8 * wm)])
+    else:
+        addr = _lane_address(ctx, pitch, eb, [(r, 1), (warp_m, 8), (qlo, 8 * wm)], [(qhi, kb)])
+    out = [""] * tmap.num_regs
+    for rep_m in range(m // (16 * wm)):
+        for kk in range(k // step):
+            const = (step * kk * pitch + 16 * wm * rep_m) if trans else (16 * wm * rep_m * pitch + step * kk)
+            words = _ldmatrix(ctx, 4, trans, f"{addr}+{eb * const}")
+            targets = a_registers(tmap, wm, rep_m, kk, k_width)
+            for q, w in enumerate(words):
+                for e, reg in enumerate(_unpack(ctx, w, k_width)):
+                    out[targets[k_width * q + e]] = reg
+    return out
+
+
+def _ldmatrix_b(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: bool,  # type: ignore[no-untyped-def]
+                k_width: int) -> list[str]:
+    """B fragments: per K step, x4 covers two n-blocks (matrix q: n-block 2p + (q >> 1), K columns
+    kb * (q & 1) ..), x2 one n-block (matrices q = 0, 1); registers b0b1, b2b3 of each n-block (tf32: b0, b1)."""
+    wm, wn = warps_of(enc)
+    k, n = tmap.shape
+    kb, step, eb = 4 * k_width, 8 * k_width, 4 // k_width
+    blocks = n // (8 * wn)
+    r, qlo, qhi = _lane_bits(ctx)
+    _, warp_n = _warp_coords(ctx, wm, wn)
+    if trans:  # shared memory holds B (rows k): the lane addresses K row kb * (q & 1) + r at column n
+        addr = _lane_address(ctx, pitch, eb, [(r, 1), (qlo, kb)], [(warp_n, 8), (qhi, 8 * wn)])
+    else:  # shared memory holds B^T (rows n): the lane addresses n row r + 8 * warp_n + 8 * WN * (q >> 1)
+        addr = _lane_address(ctx, pitch, eb, [(r, 1), (warp_n, 8), (qhi, 8 * wn)], [(qlo, kb)])
+    out = [""] * tmap.num_regs
+    pair = 2 if blocks % 2 == 0 else 1
+    for first in range(0, blocks, pair):
+        for kk in range(k // step):
+            n0 = 8 * wn * first
+            const = (step * kk * pitch + n0) if trans else (n0 * pitch + step * kk)
+            words = _ldmatrix(ctx, 2 * pair, trans, f"{addr}+{eb * const}")
+            for q, w in enumerate(words):
+                targets = b_registers(tmap, wn, first + (q >> 1), kk, k_width)
+                for e, reg in enumerate(_unpack(ctx, w, k_width)):
+                    out[targets[k_width * (q & 1) + e]] = reg
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ dot
+
+
+def lower_dot(ctx: KernelContext, op: Operation) -> None:
+    """mt.dot with an `#mt.mma` version 2 result: one mma.sync per (m-block, n-block, K step)."""
+    a_v, b_v, c_v = op.operands
+    enc = op.result.type.encoding
+    wm, wn = warps_of(enc)
+    k_width = a_v.type.encoding.get("kWidth")
+    (m, k), n = a_v.type.shape, b_v.type.shape[1]
+    t = "tf32" if k_width == 1 else a_v.type.scalar.name  # type: ignore[union-attr]
+    shape = "m16n8k8" if k_width == 1 else "m16n8k16"
+    a_map, b_map, c_map = ctx.tmap(a_v), ctx.tmap(b_v), ctx.tmap(op.result)
+    a_regs, b_regs, c_regs = ctx.get(a_v), ctx.get(b_v), ctx.get(c_v)
+    words = _words_tf32 if k_width == 1 else _words_16
+    out = [""] * c_map.num_regs
+    a_words: dict[tuple[int, int], list[str]] = {}
+    b_words: dict[tuple[int, int], list[str]] = {}
+    for rep_m in range(m // (16 * wm)):
+        for rep_n in range(n // (8 * wn)):
+            c_idx = c_registers(c_map, wm, wn, rep_m, rep_n)
+            acc = [c_regs[i] for i in c_idx]
+            d = [ctx.new("f32") for _ in range(4)]
+            for kk in range(k // (8 * k_width)):
+                if (rep_m, kk) not in a_words:
+                    a_words[(rep_m, kk)] = words(ctx, [a_regs[i] for i in a_registers(a_map, wm, rep_m, kk, k_width)])
+                if (rep_n, kk) not in b_words:
+                    b_words[(rep_n, kk)] = words(ctx, [b_regs[i] for i in b_registers(b_map, wn, rep_n, kk, k_width)])
+                ctx.emit(f"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, "
+                         f"{{{', '.join(a_words[(rep_m, kk)])}}}, {{{', '.join(b_words[(rep_n, kk)])}}}, "
+                         f"{{{', '.join(acc)}}};")
+                acc = d
+            for i, reg in zip(c_idx, acc):
+                out[i] = reg
+    ctx.bind(op.result, out)
+
+
+def _words_16(ctx: KernelContext, elements: list[str]) -> list[str]:
+    """A fragment's 16-bit elements packed in pairs into the 32-bit registers mma.sync takes."""
+    return [pack(ctx, elements[i], elements[i + 1]) for i in range(0, len(elements), 2)]
+
+
+def _words_tf32(ctx: KernelContext, elements: list[str]) -> list[str]:
+    """A fragment's f32 elements rounded to tf32 (cvt.rna: nearest, ties away, as the interpreter rounds)."""
+    out = []
+    for e in elements:
+        r = ctx.new("b32")
+        ctx.emit(f"cvt.rna.tf32.f32 {r}, {e};")
+        out.append(r)
+    return out

@@ -1,0 +1,233 @@
+"""Tensor descriptors on Hopper: TMA copies between global and shared memory, completed through an mbarrier.
+
+A descriptor parameter is the CUtensorMap itself, passed by value (`.param .align 64 .b8 k_param_0[128]`); TMA
+takes its *generic* address: `mov.b64 %rd1, k_param_0; cvta.param.u64 %rd2, %rd1;` (the param-space address
+fails on the H200 with "misaligned address"). Coordinates are the op's i32 operands, given to TMA innermost first.
+
+mt.descriptor_load (one box, then into the result's registers):
+
+    fence.proxy.async.shared::cta;  bar.sync 0;        every thread is done with the buffer (and its earlier
+                                                        generic writes are ordered before TMA's)
+    @leader mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], BOX_BYTES;
+    @leader cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [tmap, {x, y}], [bar];
+    WAIT: mbarrier.try_wait.parity.shared::cta.b64 %p, [bar], %phase;  @!%p bra WAIT;
+    xor.b32 %phase, %phase, 1;                          the next use of the barrier waits for the next phase
+    ld.shared.v4.b32 ... (swizzled addresses)          each thread reads the elements its layout gives it
+
+mt.descriptor_store: bar.sync; owners write their elements (swizzled); `fence.proxy.async.shared::cta` (generic
+writes visible to the async proxy); bar.sync; the leader issues `cp.async.bulk.tensor.2d.global.shared::cta
+.bulk_group`, `cp.async.bulk.commit_group`, `cp.async.bulk.wait_group 0` (the buffer is free again once the
+leader passes the next bar.sync, which every later user of shared memory issues first).
+
+The leader is thread 0. The box lives at offset 0 of the kernel's shared buffer (`smem`, aligned to 1024 bytes for
+128B-swizzled boxes, 128 otherwise), reused by every lowering behind bar.sync. Loads share one mbarrier
+(`tma_bar`, initialized once in the prologue with an arrival count of 1) and one phase register: every load
+waits for its own completion before the next is issued, and control flow on scalars is uniform, so every thread
+flips the phase the same number of times, in loops too.
+
+128B swizzle (when a box row is exactly 128 bytes: TensorDescType.swizzle_bytes): TMA stores the 16-byte chunk j
+of the box's 128-byte row r at chunk j ^ (r % 8) of that row (measured on the H200). As a function of the byte
+offset o in the box (1024-byte aligned): `swizzle(o) = o ^ ((o >> 3) & 0x70)`. A run of up to 16 aligned bytes
+stays contiguous, so threads read and write 16-byte vectors.
+
+The pieces (tensor_map_address, mbarrier_init, arrive_expect_tx, tma_load, wait_phase, tma_store, swizzle,
+read_box, write_box) take registers and addresses, so the pipelining passes can place buffers and barriers of
+their own.
+"""
+from __future__ import annotations
+
+from minitriton.ir import Operation
+from minitriton.ir.layouts import ThreadMap, row_major_strides, vector_groups
+from minitriton.ir.types import LayoutAttr, ScalarType, TensorDescType
+
+from .context import KernelContext
+from .memory import load_run, store_run
+
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64
+SWIZZLE_ATOM_BYTES = 1024  # 8 rows of 128 bytes: the span one 128B-swizzle pattern covers
+MAX_VECTOR_BYTES = 16
+
+
+# ------------------------------------------------------------------------------------------ parameters
+
+
+def param_declaration(pname: str) -> str:
+    return f".param .align {TENSOR_MAP_ALIGN} .b8 {pname}[{TENSOR_MAP_BYTES}]"
+
+
+def tensor_map_address(ctx: KernelContext, pname: str) -> str:
+    """The generic address of a tensor-map parameter (what cp.async.bulk.tensor takes)."""
+    param, generic = ctx.new("b64"), ctx.new("b64")
+    ctx.emit(f"mov.b64 {param}, {pname};")
+    ctx.emit(f"cvta.param.u64 {generic}, {param};")
+    return generic
+
+
+# ------------------------------------------------------------------------------------------- swizzling
+
+
+def swizzle(offset: int, swizzle_bytes: int) -> int:
+    """Where byte `offset` of a box lands in shared memory (relative to a 1024-byte aligned buffer)."""
+    if swizzle_bytes == 0:
+        return offset
+    if swizzle_bytes != 128:
+        raise ValueError(f"only the 128B swizzle is supported, got {swizzle_bytes}")
+    return offset ^ ((offset >> 3) & 0x70)
+
+
+def _box_addresses(ctx: KernelContext, tmap: ThreadMap, groups: list[list[int]], shape: tuple[int, ...],
+                   elem: int, swizzle_bytes: int, base: str) -> list[str]:
+    """For each register group, the address (`%r+imm` text) of its first element in the box at shared `base`.
+
+    The swizzle reads bits 7-9 of the offset and changes bits 4-6, so adding a multiple of 1024 commutes with it:
+    each group's address is a per-thread prologue register for its offset modulo 1024, plus an immediate."""
+    strides = row_major_strides(shape)
+    lin = ctx.linear_base(tmap, strides)
+    out = []
+    for g in groups:
+        const = elem * sum(o * s for o, s in zip(tmap.reg_offsets[g[0]], strides))
+        if swizzle_bytes == 0:
+            addr = ctx.in_prologue(("tma_addr", base, lin, elem), "b32", f"mad.lo.u32 {{d}}, {lin}, {elem}, {base};")
+            out.append(f"{addr}+{const}")
+            continue
+        low, high = const % SWIZZLE_ATOM_BYTES, const - const % SWIZZLE_ATOM_BYTES
+        off = ctx.in_prologue(("tma_off", lin, elem, low), "b32", f"mad.lo.u32 {{d}}, {lin}, {elem}, {low};")
+        bits = ctx.in_prologue(("tma_bits", off), "b32", f"shr.u32 {{d}}, {off}, 3;")
+        mask = ctx.in_prologue(("tma_mask", bits), "b32", f"and.b32 {{d}}, {bits}, 112;")
+        swz = ctx.in_prologue(("tma_swz", off), "b32", f"xor.b32 {{d}}, {off}, {mask};")
+        addr = ctx.in_prologue(("tma_saddr", base, swz), "b32", f"add.u32 {{d}}, {base}, {swz};")
+        out.append(f"{addr}+{high}")
+    return out
+
+
+def _vector_groups(tmap: ThreadMap, enc: LayoutAttr | None, elem: int) -> list[list[int]]:
+    """Registers in runs of consecutive elements along the innermost dim, at most 16 bytes and at least one 32-bit
+    word (or single elements), each aligned to its size (so a run never straddles a 16-byte swizzle chunk)."""
+    rank = len(tmap.dims)
+    width = 1
+    if enc is not None and enc.kind == "blocked" and enc.get("order")[0] == rank - 1:
+        width = min(tmap.dims[-1].run, MAX_VECTOR_BYTES // elem)
+    while width > 1 and width * elem >= 4:
+        try:
+            return vector_groups(tmap, rank - 1, width)
+        except ValueError:
+            width //= 2
+    return [[r] for r in range(tmap.num_regs)]
+
+
+def read_box(ctx: KernelContext, tmap: ThreadMap, enc: LayoutAttr | None, t: ScalarType, shape: tuple[int, ...],
+             swizzle_bytes: int, base: str) -> list[str]:
+    """Each thread loads the box elements its layout (`tmap`, from encoding `enc`) holds: the box lies row-major at
+    shared address `base` (1024-byte aligned when swizzled), as TMA wrote it."""
+    groups = _vector_groups(tmap, enc, t.bytes)
+    out: list[str] = [""] * tmap.num_regs
+    for g, addr in zip(groups, _box_addresses(ctx, tmap, groups, shape, t.bytes, swizzle_bytes, base)):
+        for r, v in zip(g, load_run(ctx, t, addr, len(g), None, space="shared")):
+            out[r] = v
+    return out
+
+
+def write_box(ctx: KernelContext, regs: list[str], tmap: ThreadMap, enc: LayoutAttr | None, t: ScalarType,
+              shape: tuple[int, ...], swizzle_bytes: int, base: str) -> None:
+    """The owner of each element stores it where TMA expects it: the box row-major at shared address `base`
+    (1024-byte aligned when swizzled)."""
+    groups = _vector_groups(tmap, enc, t.bytes)
+    owner = ctx.owner_pred(tmap)
+    for g, addr in zip(groups, _box_addresses(ctx, tmap, groups, shape, t.bytes, swizzle_bytes, base)):
+        store_run(ctx, t, addr, [regs[r] for r in g], owner, space="shared")
+
+
+# ------------------------------------------------------------------------------------- TMA and mbarriers
+
+
+def mbarrier_init(bar: str, arrive_count: int, leader: str) -> list[str]:
+    """Lines initializing the mbarrier at shared address `bar` (by the leader) and fencing the init; a bar.sync
+    must follow before any thread uses it."""
+    return [f"@{leader} mbarrier.init.shared::cta.b64 [{bar}], {arrive_count};",
+            "fence.mbarrier_init.release.cluster;"]
+
+
+def arrive_expect_tx(ctx: KernelContext, bar: str, nbytes: int, leader: str) -> None:
+    """The leader announces `nbytes` of TMA traffic on `bar` and arrives (the phase completes when they land)."""
+    ctx.emit(f"@{leader} mbarrier.arrive.expect_tx.shared::cta.b64 _, [{bar}], {nbytes};")
+
+
+def tma_load(ctx: KernelContext, dst: str, tensor_map: str, coords: list[str], bar: str, leader: str) -> None:
+    """The leader copies the box at `coords` (outermost first) into shared address `dst`, completing on `bar`."""
+    c = ", ".join(reversed(coords))
+    ctx.emit(f"@{leader} cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+             f"[{dst}], [{tensor_map}, {{{c}}}], [{bar}];")
+
+
+def wait_phase(ctx: KernelContext, bar: str, phase: str) -> None:
+    """Every thread waits until the phase of `bar` with parity `phase` has completed, then flips `phase`."""
+    done, loop = ctx.new("pred"), ctx.new_label("tma_wait")
+    ctx.label(loop)
+    ctx.emit(f"mbarrier.try_wait.parity.shared::cta.b64 {done}, [{bar}], {phase};")
+    ctx.emit(f"@!{done} bra {loop};")
+    ctx.emit(f"xor.b32 {phase}, {phase}, 1;")
+
+
+def tma_store(ctx: KernelContext, tensor_map: str, coords: list[str], src: str, leader: str) -> None:
+    """The leader copies shared address `src` to the box at `coords` (outermost first) and waits until done."""
+    c = ", ".join(reversed(coords))
+    ctx.emit(f"@{leader} cp.async.bulk.tensor.{len(coords)}d.global.shared::cta.bulk_group "
+             f"[{tensor_map}, {{{c}}}], [{src}];")
+    ctx.emit(f"@{leader} cp.async.bulk.commit_group;")
+    ctx.emit(f"@{leader} cp.async.bulk.wait_group 0;")
+
+
+# ------------------------------------------------------------------------------------------ lowerings
+
+
+TMA_BAR_DECL = ".shared .align 8 .b64 tma_bar;"
+
+
+def _kernel_barrier(ctx: KernelContext) -> tuple[str, str]:
+    """(address, phase register) of the kernel's TMA-load mbarrier, declared and initialized on first use."""
+    bar = ctx.in_prologue("tma_bar", "b32", "mov.u32 {d}, tma_bar;")
+    phase = ctx.in_prologue("tma_phase", "b32", "mov.u32 {d}, 0;")
+    if TMA_BAR_DECL not in ctx.shared_decls:
+        ctx.shared_decls.append(TMA_BAR_DECL)
+        leader: str = ctx.owner_pred(None)  # type: ignore[assignment]
+        ctx.prologue += [f"  {line}" for line in mbarrier_init(bar, 1, leader)]
+    return bar, phase
+
+
+def _box_buffer(ctx: KernelContext, desc: TensorDescType) -> str:
+    ctx.need_smem(desc.box_bytes)
+    ctx.smem_align = max(ctx.smem_align, SWIZZLE_ATOM_BYTES if desc.swizzle_bytes else 128)
+    return ctx.smem
+
+
+def lower_descriptor_load(ctx: KernelContext, op: Operation) -> None:
+    desc: TensorDescType = op.operands[0].type  # type: ignore[assignment]
+    tensor_map = ctx.get1(op.operands[0])
+    coords = [ctx.get1(v) for v in op.operands[1:]]
+    buf = _box_buffer(ctx, desc)
+    bar, phase = _kernel_barrier(ctx)
+    leader = ctx.owner_pred(None)
+    ctx.emit("fence.proxy.async.shared::cta;")
+    ctx.barrier()
+    arrive_expect_tx(ctx, bar, desc.box_bytes, leader)  # type: ignore[arg-type]
+    tma_load(ctx, buf, tensor_map, coords, bar, leader)  # type: ignore[arg-type]
+    wait_phase(ctx, bar, phase)
+    t = op.result.type
+    ctx.bind(op.result, read_box(ctx, ctx.tmap(op.result), t.encoding, desc.element, desc.block_shape,
+                                 desc.swizzle_bytes, buf))
+
+
+def lower_descriptor_store(ctx: KernelContext, op: Operation) -> None:
+    desc: TensorDescType = op.operands[0].type  # type: ignore[assignment]
+    tensor_map = ctx.get1(op.operands[0])
+    coords = [ctx.get1(v) for v in op.operands[1:-1]]
+    value = op.operands[-1]
+    buf = _box_buffer(ctx, desc)
+    leader = ctx.owner_pred(None)
+    ctx.barrier()
+    write_box(ctx, ctx.get(value), ctx.tmap(value), value.type.encoding, desc.element, desc.block_shape,
+              desc.swizzle_bytes, buf)
+    ctx.emit("fence.proxy.async.shared::cta;")
+    ctx.barrier()
+    tma_store(ctx, tensor_map, coords, buf, leader)  # type: ignore[arg-type]

@@ -1,0 +1,283 @@
+"""mt.dot on Hopper tensor cores with `wgmma.mma_async.sync.aligned.m64nNk16` (warpgroup MMA, operands in shared memory).
+
+The dot-lowering pass gives such a dot `mt.local_alloc` operands (`#mt.shared<{swizzle = S, order}>`, K-major) and an
+`#mt.mma<{version = 3, warpsPerCTA = [W, 1], instrShape = [16, Ni, 16]}>` result. Here:
+
+Staging. `mt.local_alloc` binds its result to the operand's registers; the dot writes both operands to shared
+memory itself, right before the wgmmas, behind the usual barriers (one scratch buffer serves every lowering, so a
+tile cannot stay resident across other lowerings; a loop-invariant operand is re-staged per use). Layout in shared
+memory, per operand, K-major with an S-byte swizzle (S = 128, 64 or 32; S / 2 K values per row of an atom):
+  A: M / 64 tiles of 64 rows (tile T = m-block r of warpgroup wg = r * W / 4 + wg), B: N / Ni tiles of Ni rows
+  (B's row n is column n of the K x N operand). A tile is K / (S / 2) chunks of rows x S bytes; a chunk is
+  rows / 8 atoms of 8 rows x S bytes (SBO = 8 * S between them); the byte offset of 16-byte piece j of a row is
+  then swizzled: offset ^ (((offset >> 7) & (S / 16 - 1)) << 4) (the hardware XORs the same address bits, so the
+  buffer is aligned to 1024 bytes and every tile and chunk starts at a multiple of the atom).
+  A's rows are permuted (minitriton/ir/mma_layouts.py): tile row R goes to tile T, hardware row 16 * w + 8 * i + g
+  of warpgroup wg, for R = g + 8 * (4 * wg + w) + 8 * W * (i + 2 * r) — so D's fragment lands in the registers
+  the blocked-equivalent accumulator layout assigns.
+  The offset of an element is GF(2)-linear in the bits of its coordinates (every field is a power of two, the
+  swizzle is an XOR), so a store address is smem + (f(thread's base) ^ f(register offset)): f(base) once per
+  thread in the prologue, one xor + add per vector (16 bytes along K when the registers run along K).
+Sync. `bar.sync`; the owners store; `fence.proxy.async.shared::cta` (the generic-proxy stores must be visible to
+the async proxy the wgmma reads through); `bar.sync`; the accumulator copied into fresh registers;
+`wgmma.fence.sync.aligned`; for every m-block, n-block and K step of 16 one
+`wgmma.mma_async.sync.aligned.m64n{Ni}k16.f32.bf16.bf16 {d}, desc_a, desc_b, 1, 1, 1, 0, 0` (scale-d 1: D += A B);
+`wgmma.commit_group.sync.aligned`; `wgmma.wait_group.sync.aligned 0`.
+Descriptors (hopper_ptx.md 2.4): `make_descriptor`: start address >> 4 in bits 0-13, LBO 1 (unused when K-major
+swizzled), SBO = 8 * S >> 4 in bits 32-45, swizzle mode in bits 62-63 (1 = 128B, 2 = 64B, 3 = 32B). Stepping K by
+16 inside a swizzle row adds 32 bytes to the start address (the hardware applies the swizzle to the address).
+Accumulator fragment of m64nNk16 (`d_fragment`): thread (warp w of the warpgroup, lane = 4 g + t) holds N / 2 f32,
+register j at row 16 w + 8 ((j >> 1) & 1) + g, column 8 (j >> 2) + 2 t + (j & 1).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable
+
+from minitriton.ir import Operation, Value
+from minitriton.ir.layouts import ThreadMap, log2
+from minitriton.ir.types import LayoutAttr
+
+from .context import KernelContext
+from .mma import register_index, store_shared_b16, store_width
+
+SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}
+WARPGROUP_WARPS = 4
+ALIGN = 1024  # the 128B swizzle's atom; also a multiple of the smaller ones
+
+Offset = Callable[[int, int], int]
+
+
+# ------------------------------------------------------------------------------------------- pure maps
+
+
+def make_descriptor(addr: int, swizzle: int) -> int:
+    """The 64-bit wgmma matrix descriptor of a K-major, `swizzle`-byte swizzled operand at shared address `addr`."""
+    return (((addr & 0x3FFFF) >> 4) | (1 << 16) | (((8 * swizzle) >> 4) << 32) | (SWIZZLE_MODE[swizzle] << 62))
+
+
+def swizzled(offset: int, swizzle: int) -> int:
+    """Where byte `offset` (from an atom-aligned base) of an unswizzled row-major layout of `swizzle`-byte rows goes."""
+    return offset ^ (((offset >> 7) & (swizzle // 16 - 1)) << 4)
+
+
+def d_fragment(thread: int, j: int) -> tuple[int, int]:
+    """(row, col) in a warpgroup's 64 x N accumulator of register j of `thread` (0..127)."""
+    warp, lane = thread >> 5, thread & 31
+    g, t = lane >> 2, lane & 3
+    return 16 * warp + 8 * ((j >> 1) & 1) + g, 8 * (j >> 2) + 2 * t + (j & 1)
+
+
+def logical_row(hw_row: int, warpgroup: int, rep: int, num_warps: int) -> int:
+    """The tile row that hardware row `hw_row` (0..63) of m-block `rep` of `warpgroup` computes."""
+    w, i, g = hw_row >> 4, (hw_row >> 3) & 1, hw_row & 7
+    return g + 8 * (WARPGROUP_WARPS * warpgroup + w) + 8 * num_warps * (i + 2 * rep)
+
+
+def a_tile_row(row: int, num_warps: int) -> tuple[int, int]:
+    """(A tile, hardware row) that tile row `row` is staged at: the inverse of `logical_row`."""
+    g, warp = row & 7, (row >> 3) % num_warps
+    rest = row // (8 * num_warps)
+    i, rep = rest & 1, rest >> 1
+    tile = rep * (num_warps // WARPGROUP_WARPS) + warp // WARPGROUP_WARPS
+    return tile, 16 * (warp % WARPGROUP_WARPS) + 8 * i + g
+
+
+def tile_offset(tile: int, row: int, k: int, rows: int, k_extent: int, swizzle: int) -> int:
+    """Byte offset of element (row, k) of `tile` (tiles of `rows` x `k_extent` 16-bit values, K-major, swizzled)."""
+    per_row = swizzle // 2
+    off = tile * rows * k_extent * 2 + (k // per_row) * rows * swizzle + row * swizzle + (k % per_row) * 2
+    return swizzled(off, swizzle)
+
+
+def descriptor_offset(tile: int, kk: int, rows: int, k_extent: int, swizzle: int) -> int:
+    """Byte offset (unswizzled: the hardware swizzles) of the start of K step kk (16 wide) of `tile`."""
+    per_row = swizzle // 2
+    return tile * rows * k_extent * 2 + (16 * kk // per_row) * rows * swizzle + (16 * kk % per_row) * 2
+
+
+def d_registers(tmap: ThreadMap, num_warps: int, n_instr: int, rep: int, nb: int) -> list[int]:
+    """The registers of an mma version 3 accumulator that hold d_0 .. d_{n_instr / 2 - 1} of the wgmma for m-block
+    `rep`, n-block `nb` (read off thread 0, whose base is the origin)."""
+    index = register_index(tmap)
+    out = []
+    for j in range(n_instr // 2):
+        row, col = d_fragment(0, j)
+        out.append(index[(logical_row(row, 0, rep, num_warps), nb * n_instr + col)])
+    return out
+
+
+@lru_cache(maxsize=256)
+def possible_bits(tmap: ThreadMap, dim: int) -> int:
+    """The bits any thread's base coordinate along `dim` may have set."""
+    bits = 0
+    for tid in range(tmap.num_threads):
+        bits |= tmap.base(tid)[dim]
+    return bits
+
+
+# -------------------------------------------------------------------------------------------- lowering
+
+
+def lower_local_alloc(ctx: KernelContext, op: Operation) -> None:
+    """The shared copy is written by its consumer (see the module docstring): the value keeps the registers."""
+    ctx.bind(op.result, ctx.get(op.operands[0]))
+
+
+def lower_dot(ctx: KernelContext, op: Operation) -> None:
+    """mt.dot with an `#mt.mma` version 3 result (see the module docstring)."""
+    a_v, b_v, c_v = op.operands
+    enc = op.result.type.encoding
+    num_warps = enc.get("warpsPerCTA")[0]
+    n_instr = enc.get("instrShape")[1]
+    (m, k), n = a_v.type.shape, b_v.type.shape[1]
+    t = a_v.type.scalar.name  # type: ignore[union-attr]
+    a_src, b_src = _allocated(ctx, a_v), _allocated(ctx, b_v)
+    swizzle = _swizzle_of(ctx, a_v, 1)
+    if _swizzle_of(ctx, b_v, 0) != swizzle:
+        raise ctx.error("wgmma operands with different swizzles")
+    a_bytes = m * k * 2
+    b_base = (a_bytes + ALIGN - 1) // ALIGN * ALIGN
+    ctx.need_smem(b_base + n * k * 2)
+    ctx.smem_align = max(getattr(ctx, "smem_align", 16), ALIGN)
+
+    def a_offset(row: int, kk: int) -> int:
+        tile, hw_row = a_tile_row(row, num_warps)
+        return tile_offset(tile, hw_row, kk, 64, k, swizzle)
+
+    def b_offset(kk: int, col: int) -> int:
+        return tile_offset(col // n_instr, col % n_instr, kk, n_instr, k, swizzle)
+
+    ctx.barrier()
+    _stage(ctx, a_src, a_offset, 0, k_dim=1)
+    _stage(ctx, b_src, b_offset, b_base, k_dim=0)
+    ctx.emit("fence.proxy.async.shared::cta;")
+    ctx.barrier()
+    c_map = ctx.tmap(op.result)
+    c_regs = ctx.get(c_v)
+    out = [""] * c_map.num_regs
+    blocks = []
+    for rep in range(m // (16 * num_warps)):
+        for nb in range(n // n_instr):
+            idx = d_registers(c_map, num_warps, n_instr, rep, nb)
+            d = [ctx.new("f32") for _ in idx]
+            for reg, i in zip(d, idx):
+                ctx.emit(f"mov.f32 {reg}, {c_regs[i]};")
+            blocks.append((rep, nb, idx, d))
+    desc_a = _descriptor_base(ctx, swizzle, num_warps, 64 * k * 2, 0)
+    desc_b = _descriptor_base(ctx, swizzle, 0, 0, b_base)
+    ctx.emit("wgmma.fence.sync.aligned;")
+    for rep, nb, idx, d in blocks:
+        for kk in range(k // 16):
+            a_tile = rep * (num_warps // WARPGROUP_WARPS)
+            da = _descriptor(ctx, desc_a, descriptor_offset(a_tile, kk, 64, k, swizzle))
+            db = _descriptor(ctx, desc_b, descriptor_offset(nb, kk, n_instr, k, swizzle))
+            ctx.emit(f"wgmma.mma_async.sync.aligned.m64n{n_instr}k16.f32.{t}.{t} {{{', '.join(d)}}}, {da}, {db}, "
+                     f"1, 1, 1, 0, 0;")
+        for i, reg in zip(idx, d):
+            out[i] = reg
+    ctx.emit("wgmma.commit_group.sync.aligned;")
+    ctx.emit("wgmma.wait_group.sync.aligned 0;")
+    ctx.bind(op.result, out)
+
+
+def _allocated(ctx: KernelContext, v: Value) -> Value:
+    """The register tile a wgmma operand is a shared copy of."""
+    op = v.defining_op
+    if op is None or op.name != "mt.local_alloc":
+        raise ctx.error(f"wgmma operands come from mt.local_alloc, got {v.type}")
+    return op.operands[0]
+
+
+def _swizzle_of(ctx: KernelContext, v: Value, k_dim: int) -> int:
+    enc: LayoutAttr = v.type.encoding  # type: ignore[assignment]
+    if enc is None or enc.kind != "shared" or enc.get("order")[0] != k_dim:
+        raise ctx.error(f"wgmma operands are staged K-major, got {enc}")
+    swizzle = enc.get("swizzle")
+    k = v.type.shape[k_dim]
+    if swizzle not in SWIZZLE_MODE or (k * 2) % swizzle:
+        raise ctx.error(f"a {swizzle}-byte swizzle does not tile a K extent of {k}")
+    return swizzle
+
+
+def _stage(ctx: KernelContext, src: Value, offset: Offset, region: int, k_dim: int) -> None:
+    """Owners store the tile's elements at smem + region + offset(row, col), vectors along K where they can."""
+    tmap = ctx.tmap(src)
+    regs = ctx.get(src)
+    width = store_width(tmap, k_dim)
+    groups = [list(range(s, s + width)) for s in range(0, tmap.num_regs, width)]
+    owner = ctx.owner_pred(tmap)
+    base_bits = (possible_bits(tmap, 0), possible_bits(tmap, 1))
+    base = _linear(ctx, [ctx.dim_base(tmap.dims[d]) for d in (0, 1)], base_bits, offset)
+    start = ctx._pro(("stage_at", region), "b32", f"add.u32 {{d}}, {ctx.smem}, {region};")
+    for group in groups:
+        off = tmap.reg_offsets[group[0]]
+        if all(base_bits[d] & off[d] == 0 for d in (0, 1)):  # base + off == base ^ off: offset(base) ^ offset(off)
+            moved = ctx.new("b32")
+            ctx.emit(f"xor.b32 {moved}, {base}, {offset(off[0], off[1])};")
+        else:
+            coords = []
+            for d in (0, 1):
+                c = ctx.new("b32")
+                ctx.emit(f"add.u32 {c}, {ctx.dim_base(tmap.dims[d])}, {off[d]};")
+                coords.append(c)
+            moved = _linear(ctx, coords, (tmap.shape[0] - 1, tmap.shape[1] - 1), offset, in_body=True)
+        addr = ctx.new("b32")
+        ctx.emit(f"add.u32 {addr}, {start}, {moved};")
+        store_shared_b16(ctx, addr, [regs[r] for r in group], owner)
+
+
+def _linear(ctx: KernelContext, coords: list[str], bits: tuple[int, int], offset: Offset,
+            in_body: bool = False) -> str:
+    """offset(coords) for a GF(2)-linear `offset`: the XOR, over the set bits b of each coordinate (within `bits`),
+    of offset(2^b along that dim). In the prologue (cached) for thread bases, else in the body."""
+    terms = []
+    for d in (0, 1):
+        for b in range(bits[d].bit_length()):
+            if bits[d] >> b & 1:
+                unit = offset(1 << b, 0) if d == 0 else offset(0, 1 << b)
+                terms.append((coords[d], b, unit))
+    if not in_body:
+        key = ("linear", tuple(coords), tuple(terms))
+        cached = ctx._cache.get(key)
+        if cached is not None:
+            return cached
+    lines, acc = [], None
+    for reg, b, unit in terms:
+        bit, part = ctx.new("b32"), ctx.new("b32")
+        lines.append(f"bfe.u32 {bit}, {reg}, {b}, 1;")
+        lines.append(f"mul.lo.u32 {part}, {bit}, {unit};")
+        if acc is None:
+            acc = part
+        else:
+            nxt = ctx.new("b32")
+            lines.append(f"xor.b32 {nxt}, {acc}, {part};")
+            acc = nxt
+    if acc is None:
+        return ctx.const("0", "b32")
+    if in_body:
+        for line in lines:
+            ctx.emit(line)
+        return acc
+    ctx.prologue.extend(f"  {line}" for line in lines)
+    ctx._cache[key] = acc
+    return acc
+
+
+def _descriptor_base(ctx: KernelContext, swizzle: int, num_warps: int, tile_bytes: int, region: int) -> str:
+    """The descriptor of smem + region (+ the warpgroup's A tile when num_warps > 4), in the prologue."""
+    addr = ctx._pro(("stage_at", region), "b32", f"add.u32 {{d}}, {ctx.smem}, {region};")
+    if num_warps > WARPGROUP_WARPS:
+        wg = ctx._pro("warpgroup", "b32", f"shr.u32 {{d}}, {ctx.warp}, {log2(WARPGROUP_WARPS)};")
+        addr = ctx._pro(("wg_tile", addr, tile_bytes), "b32", f"mad.lo.u32 {{d}}, {wg}, {tile_bytes}, {addr};")
+    masked = ctx._pro(("desc_addr", addr), "b32", f"bfe.u32 {{d}}, {addr}, 4, 14;")  # (addr & 0x3FFFF) >> 4
+    wide = ctx._pro(("desc_wide", masked), "b64", f"cvt.u64.u32 {{d}}, {masked};")
+    return ctx._pro(("desc", wide, swizzle), "b64", f"or.b64 {{d}}, {wide}, {make_descriptor(0, swizzle):#x};")
+
+
+def _descriptor(ctx: KernelContext, base: str, offset: int) -> str:
+    if offset == 0:
+        return base
+    d = ctx.new("b64")
+    ctx.emit(f"add.s64 {d}, {base}, {offset >> 4};")
+    return d

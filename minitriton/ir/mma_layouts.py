@@ -1,0 +1,177 @@
+"""Tensor-core layout encodings: what `#mt.mma`, `#mt.dot_op` and `#mt.shared` mean (pure functions on ints).
+
+  #mt.mma<{version = 2 | 3, warpsPerCTA = [WM, WN], instrShape = [..]}>      an mt.dot accumulator / result
+  #mt.dot_op<{opIdx = 0 | 1, parent = #mt.mma<...>, kWidth = 2}>             an mma.sync register operand
+  #mt.shared<{swizzle = 128 | 64 | 32, order = [..]}>                        a tile in shared memory (wgmma)
+
+Accumulator (#mt.mma). version 2 is `mma.sync.m16n8k16` (instrShape [16, 8]: one warp computes a 16 x 8 tile per
+instruction), version 3 is `wgmma.mma_async.m64nNk16` (instrShape [16, N, 16]: one warp of a warpgroup computes 16
+rows x N columns of the warpgroup's 64 x N tile; WN = 1 then). A thread holds, per instruction, two rows (the
+hardware's g and g + 8, g = lane / 4) and two adjacent columns per 8-column block (2 * (lane % 4) + {0, 1}).
+
+MiniTriton chooses *which tile rows* a warp's instruction computes: the operand A is staged through shared memory
+(ldmatrix addresses / wgmma tiles are written by our own code), so any row permutation of A is free, and C's rows
+follow A's. The permutation is chosen so that the accumulator layout is exactly the blocked layout
+
+    sizePerThread = [1, 2], threadsPerWarp = [8, 4], warpsPerCTA = [WM, WN], order = [1, 0]
+
+that is, thread (lane, warp) holds rows g + 8 * warp_m + 8 * WM * a (a = 0, 1, ...) and columns 2 * (lane % 4) +
+8 * warp_n + 8 * WN * b + {0, 1}. Hardware row g + 8 * i of the instruction for m-block r is tile row
+g + 8 * warp_m + 8 * WM * (2 * r + i) (mma.sync); for wgmma, hardware row 16 * w + 8 * i + g of the warpgroup's
+m-block r is tile row g + 8 * warp + 8 * W * (2 * r + i) (warp = 4 * warpgroup + w). codegen/mma.py and
+codegen/wgmma.py apply this map when they address A; every other lowering (elementwise, reductions,
+convert_layout, stores) sees an ordinary blocked thread map. Shapes must have M a multiple of 16 * WM and N of
+8 * WN (no wrap-around: every thread holds whole instruction fragments).
+
+mma.sync operand (#mt.dot_op, parent version 2; kWidth = 2 for 16-bit elements: two K-adjacent elements per
+32-bit register, instruction m16n8k16; kWidth = 1 for tf32, m16n8k8). A (opIdx 0, M x K): thread holds rows
+g + 8 * warp_m + 8 * WM * a (the accumulator's rows) and K columns kWidth * (lane % 4) + 4 * kWidth * c + s
+(s < kWidth); the WN warps along N hold copies. B (opIdx 1, K x N): those K rows, columns g + 8 * warp_n +
+8 * WN * b; the WM warps along M hold copies. Registers are numbered in fragment order: A per (m-block r, K step
+kk) the elements a0..a7 (a0..a3 for tf32) of `mma.sync`'s A fragment, B per (n-block b, kk) b0..b3 (b0, b1) —
+see codegen/mma.py for the fragments.
+
+Shared (#mt.shared): `order` lists the dims fastest first (the contiguous one, K for wgmma operands: "K-major"),
+`swizzle` the byte width S of the swizzle atom: 8 rows of S bytes, in which byte address bits 4 .. 4 + log2(S / 16)
+(the 16-byte chunk) are XORed with bits 7 .. (so with 128-byte rows, chunk j of row r is stored at j ^ (r % 8)),
+as the hardware's wgmma descriptors and TMA expect (codegen/wgmma.py). Not a distributed layout: no thread map.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .layouts import DimMap, ThreadMap, blocked, log2, thread_map
+from .types import LayoutAttr, layout
+
+MMA_VERSIONS = (2, 3)
+SWIZZLES = (32, 64, 128)
+
+
+# --------------------------------------------------------------------------------------------- builders
+
+
+def mma_layout(version: int, warps_per_cta: Sequence[int], instr_shape: Sequence[int]) -> LayoutAttr:
+    """`#mt.mma<{version, warpsPerCTA, instrShape}>` (checked)."""
+    enc = layout("mma", version=version, warpsPerCTA=list(warps_per_cta), instrShape=list(instr_shape))
+    check_mma(enc)
+    return enc
+
+
+def dot_operand_layout(op_idx: int, parent: LayoutAttr, k_width: int) -> LayoutAttr:
+    """`#mt.dot_op<{opIdx, parent, kWidth}>`: operand a (0) or b (1) of a dot whose result has layout `parent`."""
+    enc = layout("dot_op", opIdx=op_idx, parent=parent, kWidth=k_width)
+    check_dot_operand(enc)
+    return enc
+
+
+def shared_layout(swizzle: int, order: Sequence[int]) -> LayoutAttr:
+    """`#mt.shared<{swizzle, order}>`: a shared-memory tile, dims `order` fastest first, `swizzle`-byte atoms."""
+    enc = layout("shared", swizzle=swizzle, order=list(order))
+    check_shared(enc)
+    return enc
+
+
+def is_mma(enc: LayoutAttr | None) -> bool:
+    return enc is not None and enc.kind == "mma"
+
+
+def is_dot_operand(enc: LayoutAttr | None) -> bool:
+    return enc is not None and enc.kind == "dot_op"
+
+
+def is_shared(enc: LayoutAttr | None) -> bool:
+    return enc is not None and enc.kind == "shared"
+
+
+def check_mma(enc: LayoutAttr) -> None:
+    version, warps, instr = enc.get("version"), tuple(enc.get("warpsPerCTA", ())), tuple(enc.get("instrShape", ()))
+    if version not in MMA_VERSIONS or len(warps) != 2:
+        raise ValueError(f"malformed mma layout {enc}")
+    for w in warps:
+        log2(w)
+    if version == 2 and instr != (16, 8):
+        raise ValueError(f"mma version 2 has instrShape [16, 8], got {enc}")
+    if version == 3:
+        if len(instr) != 3 or instr[0] != 16 or instr[2] != 16 or instr[1] % 8 or not 8 <= instr[1] <= 256:
+            raise ValueError(f"mma version 3 has instrShape [16, N, 16] with N in 8..256 step 8, got {enc}")
+        if warps[1] != 1 or warps[0] % 4:
+            raise ValueError(f"mma version 3 needs warpsPerCTA [4k, 1] (whole warpgroups along M), got {enc}")
+
+
+def check_dot_operand(enc: LayoutAttr) -> None:
+    parent = enc.get("parent")
+    if enc.get("opIdx") not in (0, 1) or not isinstance(parent, LayoutAttr) or parent.kind != "mma":
+        raise ValueError(f"malformed dot_op layout {enc}")
+    check_mma(parent)
+    if parent.get("version") != 2 or enc.get("kWidth") not in (1, 2):
+        raise ValueError(f"dot_op layouts are mma.sync register operands (version 2 parent, kWidth 2 for 16-bit "
+                         f"elements, 1 for tf32), got {enc}")
+
+
+def check_shared(enc: LayoutAttr) -> None:
+    order = list(enc.get("order", ()))
+    if enc.get("swizzle") not in SWIZZLES or sorted(order) != list(range(len(order))):
+        raise ValueError(f"malformed shared layout {enc}")
+
+
+# ------------------------------------------------------------------------------------------- thread maps
+
+
+def accumulator_blocked(enc: LayoutAttr) -> LayoutAttr:
+    """The blocked layout whose thread map an `#mt.mma` accumulator has (see the module docstring)."""
+    return blocked([1, 2], [8, 4], enc.get("warpsPerCTA"), [1, 0])
+
+
+def warps_of(enc: LayoutAttr) -> tuple[int, int]:
+    """(WM, WN) of an mma layout or of a dot_op's parent."""
+    if enc.kind == "dot_op":
+        enc = enc.get("parent")
+    wm, wn = enc.get("warpsPerCTA")
+    return wm, wn
+
+
+def mma_thread_map(enc: LayoutAttr, shape: tuple[int, ...]) -> ThreadMap:
+    """The accumulator's thread map: the blocked one, for any shape (a `#mt.slice` of an mma layout maps a size-1
+    dim, whose lanes and warps then hold copies, like any blocked layout's). A dot needs M a multiple of
+    16 * WM and N of 8 * WN (`tiles_accumulator`)."""
+    return thread_map(accumulator_blocked(enc), shape)
+
+
+def tiles_accumulator(enc: LayoutAttr, shape: tuple[int, ...]) -> bool:
+    """Whether every thread holds whole instruction fragments of an M x N accumulator in layout `enc`."""
+    wm, wn = warps_of(enc)
+    return len(shape) == 2 and shape[0] % (16 * wm) == 0 and shape[1] % (8 * wn) == 0
+
+
+def dot_operand_thread_map(enc: LayoutAttr, shape: tuple[int, ...]) -> ThreadMap:
+    wm, wn = warps_of(enc)
+    op_idx, k_width = enc.get("opIdx"), enc.get("kWidth")
+    if len(shape) != 2:
+        raise ValueError(f"dot_op layouts are 2-D, got shape {shape}")
+    rows, k = (shape[0], shape[1]) if op_idx == 0 else (shape[1], shape[0])
+    per_block = 16 * wm if op_idx == 0 else 8 * wn
+    k_step = 8 * k_width  # m16n8k16 for 16-bit elements, m16n8k8 for tf32
+    if rows % per_block or k % k_step:
+        raise ValueError(f"dot_op layout {enc} does not tile shape {shape}")
+    # lane % 4 picks kWidth adjacent K columns (per 8-wide K block); every warp holds all of K
+    k_dim = DimMap(k, k_width, 4, 1, 0, 0)
+
+    def k_offset(kk: int, half: int, s: int) -> int:  # K step kk, its half (first / second 4 * kWidth columns)
+        return k_step * kk + 4 * k_width * half + s
+
+    if op_idx == 0:
+        row_dim = DimMap(rows, 1, 8, wm, 2, log2(wn))  # warps are numbered warp_n fastest (order [1, 0])
+        copies = DimMap(1, 1, 1, wn, 0, 0)
+        # fragment element j: 16-bit a0..a7 = (row half (j >> 1) & 1, K half j >> 2, s = j & 1); tf32 a0..a3 =
+        # (row half j & 1, K half j >> 1)
+        split = ((lambda j: ((j >> 1) & 1, j >> 2, j & 1)) if k_width == 2 else (lambda j: (j & 1, j >> 1, 0)))
+        offsets = [(8 * wm * (2 * r + i), k_offset(kk, h, s))
+                   for r in range(rows // per_block) for kk in range(k // k_step) for i, h, s in
+                   map(split, range(4 * k_width))]
+        return ThreadMap((row_dim, k_dim), (copies,), tuple(offsets), wm * wn)
+    col_dim = DimMap(rows, 1, 8, wn, 2, 0)
+    copies = DimMap(1, 1, 1, wm, 0, log2(wn))
+    # b0..b3 (16-bit) = (K half j >> 1, s = j & 1); tf32 b0, b1 = K half j
+    offsets = [(k_offset(kk, j // k_width, j % k_width), 8 * wn * b)
+               for b in range(rows // per_block) for kk in range(k // k_step) for j in range(2 * k_width)]
+    return ThreadMap((k_dim, col_dim), (copies,), tuple(offsets), wm * wn)

@@ -1,0 +1,224 @@
+"""Pass "dot-lowering": puts each mt.dot that tensor cores can compute on them, and records the choice in the IR.
+
+Runs after "tiling". For every mt.dot whose a and b are f16 or bf16 (or f32 with input_precision "tf32": mma.sync
+m16n8k8 on tf32, kWidth 1), it picks (func attr `dot_instruction`: "auto", the default, or "wgmma" / "mma" / "fma"
+to force one where it applies):
+
+  wgmma.mma_async m64nNk16  num_warps a multiple of 4, M a multiple of 16 * num_warps (64 rows per warpgroup and
+                            instruction), N a multiple of 8, K of 16, a and b together within the shared-memory
+                            budget;
+  mma.sync m16n8k16         M % 16 == N % 8 == K % 16 (tf32: 8) == 0 and warps that tile them: warpsPerCTA
+                            [WM, WN] with
+                            WM * WN = num_warps, WM as large as M allows (16 * WM | M), 8 * WN | N; each operand
+                            within the shared-memory budget;
+  neither                   the dot stays as it is (codegen/dot.py: FMAs on CUDA cores).
+
+and rewrites the dot (`A: tensor<64x32xbf16, #blocked>` etc.) into
+
+  mma.sync:  %a2 = mt.convert_layout %a : #blocked -> #mt.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>
+             %b2 = mt.convert_layout %b : #blocked1 -> #mt.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>
+             %d  = mt.dot %a2, %b2, %acc : -> #mma
+                   with #mma = #mt.mma<{version = 2, warpsPerCTA = [WM, WN], instrShape = [16, 8]}>
+  wgmma:     %a2 = mt.local_alloc %a : #blocked -> #mt.shared<{swizzle = S, order = [1, 0]}>   (K-major)
+             %b2 = mt.local_alloc %b : #blocked1 -> #mt.shared<{swizzle = S, order = [0, 1]}>  (K-major)
+             %d  = mt.dot %a2, %b2, %acc : -> #mt.mma<{version = 3, warpsPerCTA = [num_warps, 1],
+                                                      instrShape = [16, min(N, 256), 16]}>
+
+with S = min(128, 2 * K) bytes (the widest swizzle atom the K extent fills). The operand ops are placed right
+after the operand's definition (so a loop-invariant operand is converted once, outside the loop).
+
+The accumulator layout should not stop at the dot: an accumulator carried through a K loop must stay in the mma
+layout across iterations, and attention's softmax between two dots works best in it. Rather than a separate
+conversion-removal pass, the layouts are solved again (tiling's solver, passes/tiling.py) with these dots'
+accumulators fixed to their #mt.mma layouts as the first anchors: the mma layout floods through the carried
+values, elementwise ops and reductions (`#mt.slice` of it) until it meets a load / store anchor, where a
+`mt.convert_layout` appears (the epilogue). The IR's earlier convert_layouts and encodings are dropped first,
+and unused ops (index math the first solve had recomputed in other layouts) are removed at the end (dce).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minitriton.ir import Block, Module, Operation, Value
+from minitriton.ir.mma_layouts import dot_operand_layout, mma_layout, shared_layout, tiles_accumulator
+from minitriton.ir.types import LayoutAttr, TensorType
+
+from .dce import eliminate_dead_code
+from .registry import register_pass
+from .tiling import assign_layouts
+
+# The static shared memory a kernel may use (codegen/context.py SMEM_LIMIT): operands are staged through it.
+SMEM_BUDGET = 48 * 1024
+CHOICES = ("auto", "wgmma", "mma", "fma")
+TENSOR_CORE_TYPES = ("f16", "bf16")
+K_WIDTH = 2  # 16-bit elements: two K-adjacent values per 32-bit register of an mma.sync fragment
+
+
+@dataclass(frozen=True)
+class DotChoice:
+    """The instruction chosen for one dot and the layouts that say so."""
+
+    instruction: str  # "wgmma" or "mma"
+    accumulator: LayoutAttr
+    a: LayoutAttr
+    b: LayoutAttr
+
+
+@register_pass("dot-lowering")
+def dot_lowering(module: Module) -> Module:
+    """Put eligible dots on tensor cores (see the module docstring)."""
+    if any([lower_dots(func) for func in module.functions]):
+        eliminate_dead_code(module)  # index math the first tiling recomputed per layout, now unused
+    return module
+
+
+def lower_dots(func: Operation) -> bool:
+    """Rewrite the eligible dots of `func`; True when there was one."""
+    num_warps = int(func.attrs.get("num_warps", 4))
+    prefer = func.attrs.get("dot_instruction", "auto")
+    if prefer not in CHOICES:
+        raise ValueError(f"dot-lowering: dot_instruction must be one of {CHOICES}, got {prefer!r}")
+    chosen = {}
+    for op in func.walk():
+        if op.name == "mt.dot":
+            _check_not_lowered(func, op)
+            choice = choose(op, num_warps, prefer)
+            if choice is not None:
+                chosen[op] = choice
+    if not chosen:
+        return False
+    strip_layouts(func)
+    assign_layouts(func, {op: c.accumulator for op, c in chosen.items()})
+    memo: dict[tuple[Value, LayoutAttr], Value] = {}
+    for op, choice in chosen.items():
+        for i, enc in ((0, choice.a), (1, choice.b)):
+            op.operands[i] = _operand_in(op.operands[i], enc, memo)
+    verify_dot_layouts(func)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- choice
+
+
+def choose(op: Operation, num_warps: int, prefer: str = "auto") -> DotChoice | None:
+    """The tensor-core instruction for `op` (None: CUDA cores)."""
+    a, b = op.operands[0].type, op.operands[1].type
+    (m, k), n = a.shape, b.shape[1]
+    tf32 = a.scalar.name == "f32" and op.attrs.get("input_precision") == "tf32"  # type: ignore[union-attr]
+    if prefer == "fma" or not (tf32 or a.scalar.name in TENSOR_CORE_TYPES):  # type: ignore[union-attr]
+        return None
+    if not tf32 and prefer in ("auto", "wgmma") and fits_wgmma(m, n, k, num_warps):
+        return _wgmma_choice(m, n, k, num_warps)
+    if prefer in ("auto", "mma"):
+        k_width = 1 if tf32 else K_WIDTH
+        warps = mma_v2_warps(m, n, k, num_warps, k_width)
+        if warps is not None:
+            acc = mma_layout(2, warps, [16, 8])
+            return DotChoice("mma", acc, dot_operand_layout(0, acc, k_width), dot_operand_layout(1, acc, k_width))
+    return None
+
+
+def fits_wgmma(m: int, n: int, k: int, num_warps: int) -> bool:
+    """Whether `wgmma.mma_async m64nNk16` tiles an m x n x k dot of 16-bit operands on num_warps warps."""
+    staged = (m + n) * k * 2 + 1024  # both operands at once, the second one 1024-byte aligned
+    return (num_warps % 4 == 0 and m % (16 * num_warps) == 0 and n % 8 == 0 and k % 16 == 0
+            and staged <= SMEM_BUDGET)
+
+
+def mma_v2_warps(m: int, n: int, k: int, num_warps: int, k_width: int = K_WIDTH) -> list[int] | None:
+    """warpsPerCTA [WM, WN] for mma.sync m16n8k16 (m16n8k8 for tf32, k_width 1; WM as large as M allows), or None
+    when the warps cannot tile the shape or an operand does not fit in shared memory."""
+    if m % 16 or n % 8 or k % (8 * k_width):
+        return None
+    wm = 1
+    while wm * 2 <= num_warps and 16 * wm * 2 <= m:
+        wm *= 2
+    wn = num_warps // wm
+    if 8 * wn > n:
+        return None
+    elem, pad = 4 // k_width, 16 * k_width // 4  # bytes per element; elements in the 16-byte row padding
+    padded = max((m + pad) * k, m * (k + pad), (k + pad) * n, k * (n + pad)) * elem
+    return [wm, wn] if padded <= SMEM_BUDGET else None
+
+
+def _wgmma_choice(m: int, n: int, k: int, num_warps: int) -> DotChoice:
+    acc = mma_layout(3, [num_warps, 1], [16, min(n, 256), 16])
+    swizzle = min(128, 2 * k)
+    return DotChoice("wgmma", acc, shared_layout(swizzle, [1, 0]), shared_layout(swizzle, [0, 1]))
+
+
+def _check_not_lowered(func: Operation, op: Operation) -> None:
+    for v in list(op.operands) + list(op.results):
+        enc = v.type.encoding if isinstance(v.type, TensorType) else None
+        if enc is not None and enc.kind in ("mma", "dot_op", "shared"):
+            raise ValueError(f"dot-lowering: {func.attrs.get('sym_name')} already went through dot-lowering "
+                             f"({v.type})")
+
+
+# ------------------------------------------------------------------------------------------- rewriting
+
+
+def strip_layouts(func: Operation) -> None:
+    """Undo tiling's output: drop convert_layouts (their uses read the operand), encodings and vector widths."""
+    mapping: dict[Value, Value] = {}
+    for op in list(func.walk()):
+        if op.name == "mt.convert_layout":
+            src = op.operands[0]
+            mapping[op.result] = mapping.get(src, src)
+            op.erase()
+    func.replace_uses(mapping)
+    for op in func.walk():
+        op.attrs.pop("vector_width", None)
+        values = list(op.results) + [a for r in op.regions for blk in r.blocks for a in blk.args]
+        for v in values:
+            if isinstance(v.type, TensorType):
+                v.type = v.type.with_encoding(None)
+
+
+def _operand_in(v: Value, enc: LayoutAttr, memo: dict[tuple[Value, LayoutAttr], Value]) -> Value:
+    """`v` as a dot operand in `enc`: a convert_layout (dot_op) or a local_alloc (shared) right after v's
+    definition, shared by the dots that want the same."""
+    key = (v, enc)
+    if key not in memo:
+        name = "mt.local_alloc" if enc.kind == "shared" else "mt.convert_layout"
+        loc = v.defining_op.loc if v.defining_op is not None else None
+        new = Operation(name, [v], [v.type.with_encoding(enc)], loc=loc)
+        _insert_after_def(v, new)
+        memo[key] = new.result
+    return memo[key]
+
+
+def _insert_after_def(v: Value, new: Operation) -> None:
+    op = v.defining_op
+    if op is None:
+        block = v.owner
+        assert isinstance(block, Block)
+        block.insert(0, new)
+    else:
+        block = op.parent
+        assert block is not None
+        block.insert(block.ops.index(op) + 1, new)
+
+
+def verify_dot_layouts(func: Operation) -> None:
+    """Every dot is either untouched (blocked operands, CUDA cores) or consistently on tensor cores."""
+    for op in func.walk():
+        if op.name != "mt.dot":
+            continue
+        acc = op.result.type.encoding
+        a, b = (v.type.encoding for v in op.operands[:2])
+        where = f"dot-lowering of {func.attrs.get('sym_name')}: 'mt.dot' at {op.loc}"
+        if acc is None or acc.kind != "mma":
+            if any(e is not None and e.kind in ("dot_op", "shared") for e in (a, b)):
+                raise ValueError(f"{where}: tensor-core operands without an mma result")
+            continue
+        if op.operands[2].type.encoding != acc:
+            raise ValueError(f"{where}: the accumulator must have the result's layout")
+        if not tiles_accumulator(acc, op.result.type.shape):
+            raise ValueError(f"{where}: {acc} does not tile {op.result.type}")
+        if acc.get("version") == 2:
+            want = (dot_operand_layout(0, acc, K_WIDTH), dot_operand_layout(1, acc, K_WIDTH))
+        else:
+            want = tuple(e if e is not None and e.kind == "shared" else None for e in (a, b))
+        if (a, b) != want or None in want:
+            raise ValueError(f"{where}: operands {a}, {b} do not match the result's {acc}")

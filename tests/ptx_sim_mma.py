@@ -1,0 +1,257 @@
+"""Tensor-core instructions for the PTX simulator (tests/ptx_sim.py): ldmatrix, mma.sync m16n8k16 and wgmma.
+
+Implemented from the PTX ISA's descriptions, written independently of the codegen (codegen/mma.py,
+codegen/wgmma.py), so a wrong fragment or address in the codegen shows up as wrong numbers:
+
+- `ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`: lane 8q + r gives the address of row r (16 bytes) of
+  matrix q; destination register q of lane l gets row l / 4, 16-bit columns 2 (l % 4) and 2 (l % 4) + 1 (low half
+  first); with .trans the matrix is transposed first. Every lane of the warp must take part; reads are race-checked
+  as reads by the lane that gave the address.
+- `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`: the ISA's fragment tables (groupID = lane >> 2,
+  threadID_in_group = lane % 4); D = C + A B computed exactly (float64) and rounded once to f32.
+- `wgmma.fence` / `wgmma.mma_async` / `wgmma.commit_group` / `wgmma.wait_group`: per warpgroup (4 warps, all of
+  whose threads must take part, with uniform descriptors); the operands are read from shared memory through the
+  64-bit matrix descriptors (K-major, 128 / 64 / 32-byte swizzle: byte address bits [4, 4 + b) XOR bits
+  [7, 7 + b), 8-row groups SBO bytes apart), D = (scale-d ? D : 0) + A B exactly, rounded to f32. Checked:
+  the accumulator registers were not written by another instruction since the last wgmma.fence; the shared bytes
+  read were not written by a generic store since that thread's last `fence.proxy.async` (the async proxy would not
+  see them); no instruction reads an accumulator before the `wgmma.wait_group` that covers its group.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+WARPGROUP = 128
+
+
+def _error(msg: str) -> Exception:
+    from ptx_sim import SimError
+
+    return SimError(msg)
+
+
+def _split(text: str) -> list[str]:
+    from ptx_sim import _split_operands
+
+    return _split_operands(text[1:-1] if text.startswith("{") else text)
+
+
+def _halves_to_float(bits: np.ndarray, t: str) -> np.ndarray:
+    """16-bit patterns as float64 values of type t (bf16 or f16)."""
+    bits = bits.astype(np.uint16)
+    if t == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if t == "f16":
+        return bits.view(np.float16).astype(np.float64)
+    raise _error(f"tensor-core operands of type {t} are not simulated")
+
+
+class TensorCoreUnit:
+    """Per-CTA state of the tensor-core instructions (attached to a ptx_sim.CTA)."""
+
+    def __init__(self, cta: Any):
+        self.cta = cta
+        self.unfenced = np.full(cta.smem.data.size, -1, dtype=np.int64)  # generic writer not yet proxy-fenced
+        self.fenced_at: dict[int, int] = {}  # warpgroup -> step of its last wgmma.fence
+        self.written_at: dict[str, int] = {}  # register -> step of its last write by a non-wgmma instruction
+        self.step = 0
+        self.inside = False  # executing a wgmma (its own register traffic is exempt from the checks)
+        self.pending: list[set[str]] = [set()]  # per not-yet-waited commit group; the last one is open
+
+    # -- hooks called by the simulator
+
+    def note_write(self, name: str) -> None:
+        self.step += 1
+        if not self.inside:
+            self.written_at[name] = self.step
+
+    def check_read(self, name: str) -> None:
+        if not self.inside and any(name in group for group in self.pending):
+            raise _error(f"register {name} (a wgmma accumulator) read before wgmma.wait_group covered it")
+
+    def note_shared_write(self, tids: np.ndarray, addrs: np.ndarray, size: int) -> None:
+        idx = addrs[:, None] + np.arange(size)
+        self.unfenced[idx] = np.broadcast_to(tids[:, None], idx.shape)
+
+    def fence(self, mods: list[str], mask: np.ndarray) -> None:
+        if mods[:2] == ["proxy", "async"]:
+            threads = np.nonzero(mask)[0]
+            self.unfenced[np.isin(self.unfenced, threads)] = -1
+
+    # -- ldmatrix
+
+    def ldmatrix(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        cta = self.cta
+        if not np.all(mask):
+            raise _error("ldmatrix with inactive threads")
+        if "m8n8" not in mods or mods[-1] != "b16" or "shared" not in mods:
+            raise _error(f"unsupported ldmatrix.{'.'.join(mods)}")
+        count = int(next(m for m in mods if m.startswith("x"))[1:])
+        trans = "trans" in mods
+        dsts = _split(ops[0])
+        if len(dsts) != count:
+            raise _error(f"ldmatrix.x{count} needs {count} destinations")
+        addrs = cta.address(ops[1])
+        tids = np.arange(cta.n)
+        lane, warp = tids % 32, tids // 32
+        warps = cta.n // 32
+        for q in range(count):
+            providers = (np.arange(warps)[:, None] * 32 + 8 * q + np.arange(8)[None, :]).ravel()
+            raw = cta.smem.read(providers, addrs[providers], 16)
+            matrix = np.ascontiguousarray(raw).view(np.uint16).reshape(warps, 8, 8)
+            if trans:
+                lo = matrix[warp, 2 * (lane % 4), lane // 4]
+                hi = matrix[warp, 2 * (lane % 4) + 1, lane // 4]
+            else:
+                lo = matrix[warp, lane // 4, 2 * (lane % 4)]
+                hi = matrix[warp, lane // 4, 2 * (lane % 4) + 1]
+            cta.set(dsts[q], lo.astype(np.uint32) | (hi.astype(np.uint32) << 16), "b32", mask)
+
+    # -- mma.sync
+
+    def mma(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        cta = self.cta
+        if mods[:3] != ["sync", "aligned", "m16n8k16"] or mods[3:5] != ["row", "col"] or mods[5] != "f32" \
+                or mods[8] != "f32" or mods[6] != mods[7] or mods[6] not in ("bf16", "f16"):
+            raise _error(f"unsupported mma.{'.'.join(mods)}")
+        if not np.all(mask):
+            raise _error("mma.sync with inactive threads")
+        t = mods[6]
+        d, a, b, c = (_split(x) for x in ops)
+        if (len(d), len(a), len(b), len(c)) != (4, 4, 2, 4):
+            raise _error("mma.m16n8k16 takes 4 D, 4 A, 2 B and 4 C registers")
+        n = cta.n
+        lane = np.arange(n) % 32
+        warp = np.arange(n) // 32
+        group, tig = lane >> 2, lane % 4
+        a_vals = self._halves(a, t)  # (n, 8): a0..a7
+        b_vals = self._halves(b, t)  # (n, 4): b0..b3
+        c_vals = np.stack([cta.get(x, "f32").astype(np.float64) for x in c], axis=1)
+        warps = n // 32
+        A = np.zeros((warps, 16, 16))
+        B = np.zeros((warps, 16, 8))
+        C = np.zeros((warps, 16, 8))
+        for i in range(8):  # the ISA's tables
+            row = group if i in (0, 1, 4, 5) else group + 8
+            col = tig * 2 + (i & 1) + (0 if i < 4 else 8)
+            A[warp, row, col] = a_vals[:, i]
+        for i in range(4):
+            row = tig * 2 + (i & 1) + (0 if i < 2 else 8)
+            B[warp, row, group] = b_vals[:, i]
+        for i in range(4):
+            row = group if i < 2 else group + 8
+            C[warp, row, tig * 2 + (i & 1)] = c_vals[:, i]
+        D = C + A @ B
+        for i in range(4):
+            row = group if i < 2 else group + 8
+            cta.set(d[i], D[warp, row, tig * 2 + (i & 1)].astype(np.float32), "f32", mask)
+
+    def _halves(self, regs: list[str], t: str) -> np.ndarray:
+        cols = []
+        for r in regs:
+            word = self.cta.get(r, "b32").astype(np.uint32)
+            cols += [_halves_to_float(word & 0xFFFF, t), _halves_to_float(word >> 16, t)]
+        return np.stack(cols, axis=1)
+
+    # -- wgmma
+
+    def wgmma(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        kind = mods[0]
+        if mods[1:3] != ["sync", "aligned"]:
+            raise _error(f"unsupported wgmma.{'.'.join(mods)}")
+        groups = self._warpgroups(mask)
+        if kind == "fence":
+            for g in groups:
+                self.fenced_at[g] = self.step
+        elif kind == "commit_group":
+            self.pending.append(set())
+        elif kind == "wait_group":
+            keep = int(ops[0])
+            closed = self.pending[:-1]
+            self.pending = (closed[len(closed) - keep:] if keep else []) + [self.pending[-1]]
+        elif kind == "mma_async":
+            self.inside = True  # wgmmas chain on their accumulators without waiting
+            try:
+                self._mma_async(mods[3:], ops, groups)
+            finally:
+                self.inside = False
+        else:
+            raise _error(f"unsupported wgmma.{kind}")
+
+    def _warpgroups(self, mask: np.ndarray) -> list[int]:
+        n = self.cta.n
+        if n % WARPGROUP:
+            raise _error(f"wgmma needs whole warpgroups, the CTA has {n} threads")
+        per_group = mask.reshape(-1, WARPGROUP)
+        if np.any(per_group.any(axis=1) != per_group.all(axis=1)):
+            raise _error("wgmma with some threads of a warpgroup inactive")
+        return [int(g) for g in np.nonzero(per_group.all(axis=1))[0]]
+
+    def _mma_async(self, mods: list[str], ops: list[str], groups: list[int]) -> None:
+        cta = self.cta
+        shape, dtype, atype, btype = mods[0], mods[1], mods[2], mods[3]
+        if not (shape.startswith("m64n") and shape.endswith("k16")) or dtype != "f32" or atype != btype \
+                or atype not in ("bf16", "f16"):
+            raise _error(f"unsupported wgmma.mma_async.{'.'.join(mods)}")
+        n_cols = int(shape[4:-3])
+        d = _split(ops[0])
+        if len(d) != n_cols // 2 or len(ops) != 8:
+            raise _error(f"wgmma m64n{n_cols}k16 takes {n_cols // 2} accumulators and 7 more operands")
+        if [o.strip() for o in ops[4:]] != ["1", "1", "0", "0"]:
+            raise _error(f"only scale-a = scale-b = 1 and K-major operands are simulated, got {ops[4:]}")
+        tids = np.arange(cta.n)
+        for g in groups:
+            fence_step = self.fenced_at.get(g)
+            if fence_step is None or any(self.written_at.get(r, -1) > fence_step for r in d):
+                raise _error("wgmma.mma_async accumulators written since the warpgroup's last wgmma.fence")
+            sel = tids[g * WARPGROUP:(g + 1) * WARPGROUP]
+            desc_a, desc_b = (self._uniform(cta.get(x, "u64")[sel], "descriptor") for x in ops[1:3])
+            scale_d = self._scale_d(ops[3], sel)
+            A = self._operand(desc_a, 64, atype, int(sel[0]))  # 64 x 16
+            B = self._operand(desc_b, n_cols, btype, int(sel[0])).T  # 16 x N
+            lane, warp_in_group = sel % 32, (sel // 32) % 4
+            group_id, tig = lane >> 2, lane % 4
+            rows = np.stack([warp_in_group * 16 + group_id + 8 * ((j >> 1) & 1) for j in range(len(d))], axis=1)
+            cols = np.stack([(j >> 2) * 8 + tig * 2 + (j & 1) for j in range(len(d))], axis=1)
+            old = np.stack([cta.get(r, "f32")[sel].astype(np.float64) for r in d], axis=1)
+            prod = (A @ B)[rows, cols]
+            new = (old if scale_d else 0.0) + prod
+            mask = np.zeros(cta.n, dtype=bool)
+            mask[sel] = True
+            for j, r in enumerate(d):
+                full = np.zeros(cta.n, dtype=np.float32)
+                full[sel] = new[:, j].astype(np.float32)
+                cta.set(r, full, "f32", mask)
+            self.pending[-1].update(d)
+
+    def _uniform(self, values: np.ndarray, what: str) -> int:
+        if np.any(values != values[0]):
+            raise _error(f"wgmma {what} differs between threads of a warpgroup")
+        return int(values[0])
+
+    def _scale_d(self, op: str, sel: np.ndarray) -> bool:
+        if op.startswith("%"):
+            return bool(self._uniform(self.cta.get(op, "pred")[sel], "scale-d"))
+        return bool(int(op))
+
+    def _operand(self, desc: int, rows: int, t: str, reader: int) -> np.ndarray:
+        """The rows x 16 K-major operand a descriptor points at (values as float64)."""
+        start = (desc & 0x3FFF) << 4
+        sbo = ((desc >> 32) & 0x3FFF) << 4
+        base_offset, mode = (desc >> 49) & 7, desc >> 62
+        if mode not in (1, 2, 3) or base_offset:
+            raise _error(f"descriptor {desc:#x}: only 128/64/32-byte swizzles with base offset 0 are simulated")
+        swizzle = {1: 128, 2: 64, 3: 32}[mode]
+        bits = {128: 7, 64: 3, 32: 1}[swizzle]
+        r = np.arange(rows)[:, None]
+        chunk = np.arange(2)[None, :]  # 16 K values of 2 bytes: two 16-byte chunks per row
+        addr = start + (r // 8) * sbo + (r % 8) * swizzle + 16 * chunk
+        phys = addr ^ (((addr >> 7) & bits) << 4)
+        flat = phys.ravel().astype(np.int64)
+        if np.any(self.unfenced[flat[:, None] + np.arange(16)] >= 0):
+            raise _error("wgmma reads shared memory written by a generic store not followed by fence.proxy.async")
+        raw = self.cta.smem.read(np.full(flat.size, reader), flat, 16)
+        halves = np.ascontiguousarray(raw).view(np.uint16).reshape(rows, 16)
+        return _halves_to_float(halves, t)
