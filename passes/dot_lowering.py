@@ -8,9 +8,8 @@ to force one where it applies):
                             instruction), N a multiple of 8, K of 16, a and b together within the shared-memory
                             budget;
   mma.sync m16n8k16         M % 16 == N % 8 == K % 16 (tf32: 8) == 0 and warps that tile them: warpsPerCTA
-                            [WM, WN] with
-                            WM * WN = num_warps, WM as large as M allows (16 * WM | M), 8 * WN | N; each operand
-                            within the shared-memory budget;
+                            [WM, WN] with WM * WN = num_warps, WM as large as M allows (16 * WM | M), 8 * WN | N;
+                            each operand within the shared-memory budget;
   neither                   the dot stays as it is (codegen/dot.py: FMAs on CUDA cores).
 
 and rewrites the dot (`A: tensor<64x32xbf16, #blocked>` etc.) into

@@ -7,12 +7,13 @@ codegen/wgmma.py), so a wrong fragment or address in the codegen shows up as wro
   matrix q; destination register q of lane l gets row l / 4, 16-bit columns 2 (l % 4) and 2 (l % 4) + 1 (low half
   first); with .trans the matrix is transposed first. Every lane of the warp must take part; reads are race-checked
   as reads by the lane that gave the address.
-- `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`: the ISA's fragment tables (groupID = lane >> 2,
-  threadID_in_group = lane % 4); D = C + A B computed exactly (float64) and rounded once to f32.
+- `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32` and `mma.sync.aligned.m16n8k8.row.col.f32.tf32.
+  tf32.f32` (the low 13 bits of each tf32 register ignored): the ISA's fragment tables (groupID = lane >> 2,
+  threadID_in_group = lane % 4); D = C + A B computed in float64 and rounded once to f32.
 - `wgmma.fence` / `wgmma.mma_async` / `wgmma.commit_group` / `wgmma.wait_group`: per warpgroup (4 warps, all of
   whose threads must take part, with uniform descriptors); the operands are read from shared memory through the
   64-bit matrix descriptors (K-major, 128 / 64 / 32-byte swizzle: byte address bits [4, 4 + b) XOR bits
-  [7, 7 + b), 8-row groups SBO bytes apart), D = (scale-d ? D : 0) + A B exactly, rounded to f32. Checked:
+  [7, 7 + b), 8-row groups SBO bytes apart), D = (scale-d ? D : 0) + A B in float64, rounded to f32. Checked:
   the accumulator registers were not written by another instruction since the last wgmma.fence; the shared bytes
   read were not written by a generic store since that thread's last `fence.proxy.async` (the async proxy would not
   see them); no instruction reads an accumulator before the `wgmma.wait_group` that covers its group.
@@ -113,33 +114,42 @@ class TensorCoreUnit:
 
     def mma(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         cta = self.cta
-        if mods[:3] != ["sync", "aligned", "m16n8k16"] or mods[3:5] != ["row", "col"] or mods[5] != "f32" \
-                or mods[8] != "f32" or mods[6] != mods[7] or mods[6] not in ("bf16", "f16"):
+        shape, t = mods[2] if len(mods) > 2 else "", mods[6] if len(mods) > 6 else ""
+        known = (shape == "m16n8k16" and t in ("bf16", "f16")) or (shape == "m16n8k8" and t == "tf32")
+        if not known or mods[:2] != ["sync", "aligned"] or mods[3:6] != ["row", "col", "f32"] or mods[7] != t \
+                or mods[8] != "f32":
             raise _error(f"unsupported mma.{'.'.join(mods)}")
         if not np.all(mask):
             raise _error("mma.sync with inactive threads")
-        t = mods[6]
         d, a, b, c = (_split(x) for x in ops)
         if (len(d), len(a), len(b), len(c)) != (4, 4, 2, 4):
-            raise _error("mma.m16n8k16 takes 4 D, 4 A, 2 B and 4 C registers")
+            raise _error(f"mma.{shape} takes 4 D, 4 A, 2 B and 4 C registers")
         n = cta.n
         lane = np.arange(n) % 32
         warp = np.arange(n) // 32
         group, tig = lane >> 2, lane % 4
-        a_vals = self._halves(a, t)  # (n, 8): a0..a7
-        b_vals = self._halves(b, t)  # (n, 4): b0..b3
+        k = 16 if shape == "m16n8k16" else 8
         c_vals = np.stack([cta.get(x, "f32").astype(np.float64) for x in c], axis=1)
         warps = n // 32
-        A = np.zeros((warps, 16, 16))
-        B = np.zeros((warps, 16, 8))
+        A = np.zeros((warps, 16, k))
+        B = np.zeros((warps, k, 8))
         C = np.zeros((warps, 16, 8))
-        for i in range(8):  # the ISA's tables
-            row = group if i in (0, 1, 4, 5) else group + 8
-            col = tig * 2 + (i & 1) + (0 if i < 4 else 8)
-            A[warp, row, col] = a_vals[:, i]
-        for i in range(4):
-            row = tig * 2 + (i & 1) + (0 if i < 2 else 8)
-            B[warp, row, group] = b_vals[:, i]
+        if t == "tf32":  # the ISA's m16n8k8 .tf32 tables; the hardware reads the top 19 bits of each register
+            a_vals, b_vals = self._tf32(a), self._tf32(b)
+            for i in range(4):
+                A[warp, group + 8 * (i % 2), tig + 4 * (i // 2)] = a_vals[:, i]
+            for i in range(2):
+                B[warp, tig + 4 * i, group] = b_vals[:, i]
+        else:  # the ISA's m16n8k16 tables
+            a_vals = self._halves(a, t)  # (n, 8): a0..a7
+            b_vals = self._halves(b, t)  # (n, 4): b0..b3
+            for i in range(8):
+                row = group if i in (0, 1, 4, 5) else group + 8
+                col = tig * 2 + (i & 1) + (0 if i < 4 else 8)
+                A[warp, row, col] = a_vals[:, i]
+            for i in range(4):
+                row = tig * 2 + (i & 1) + (0 if i < 2 else 8)
+                B[warp, row, group] = b_vals[:, i]
         for i in range(4):
             row = group if i < 2 else group + 8
             C[warp, row, tig * 2 + (i & 1)] = c_vals[:, i]
@@ -147,6 +157,10 @@ class TensorCoreUnit:
         for i in range(4):
             row = group if i < 2 else group + 8
             cta.set(d[i], D[warp, row, tig * 2 + (i & 1)].astype(np.float32), "f32", mask)
+
+    def _tf32(self, regs: list[str]) -> np.ndarray:
+        words = [self.cta.get(r, "b32").astype(np.uint32) & np.uint32(0xFFFFE000) for r in regs]
+        return np.stack([w.view(np.float32).astype(np.float64) for w in words], axis=1)
 
     def _halves(self, regs: list[str], t: str) -> np.ndarray:
         cols = []

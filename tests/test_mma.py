@@ -84,6 +84,8 @@ def cute_tv(layout: tuple[Any, Any], thread: int, value: int, rows: int) -> tupl
 SM80_A = (((4, 8), (2, 2, 2)), ((32, 1), (16, 8, 128)))  # (M 16, K 16)
 SM80_B = (((4, 8), (2, 2)), ((16, 1), (8, 64)))  # (N 8, K 16)
 SM80_C = (((4, 8), (2, 2)), ((32, 1), (16, 8)))  # (M 16, N 8)
+SM80_TF32_A = (((4, 8), (2, 2)), ((16, 1), (8, 64)))  # SM80_16x8x8_F32TF32TF32F32_TN: (M 16, K 8)
+SM80_TF32_B = (((4, 8), 2), ((8, 1), 32))  # (N 8, K 8)
 
 
 def gmma_c(n: int) -> tuple[Any, Any]:  # CLayout_64xN: (M 64, N)
@@ -98,6 +100,15 @@ def test_mma_sync_fragments_match_cutlass() -> None:
             n, k = cute_tv(SM80_B, lane, j, 8)
             assert mma_codegen.b_fragment(lane, j) == (k, n)
             assert mma_codegen.c_fragment(lane, j) == cute_tv(SM80_C, lane, j, 16)
+
+
+def test_mma_sync_tf32_fragments_match_cutlass() -> None:
+    for lane in range(32):
+        for j in range(4):
+            assert mma_codegen.a_fragment(lane, j, k_width=1) == cute_tv(SM80_TF32_A, lane, j, 16)
+        for j in range(2):
+            n, k = cute_tv(SM80_TF32_B, lane, j, 8)
+            assert mma_codegen.b_fragment(lane, j, k_width=1) == (k, n)
 
 
 @pytest.mark.parametrize("n", [8, 16, 32, 64, 128, 256])
@@ -240,9 +251,10 @@ def test_wgmma_registers_hold_the_fragments(num_warps: int, n_instr: int, n: int
 # ---------------------------------------------------------------------------------------------- 3. choice
 
 
-def _dot(m: int, n: int, k: int, t: Any) -> Any:
-    """Just enough of an mt.dot for `choose`: its operands' types."""
-    return SimpleNamespace(operands=[SimpleNamespace(type=tensor([m, k], t)), SimpleNamespace(type=tensor([k, n], t))])
+def _dot(m: int, n: int, k: int, t: Any, precision: str) -> Any:
+    """Just enough of an mt.dot for `choose`: its operands' types and its attributes."""
+    return SimpleNamespace(operands=[SimpleNamespace(type=tensor([m, k], t)), SimpleNamespace(type=tensor([k, n], t))],
+                           attrs={"input_precision": precision})
 
 
 @pytest.mark.parametrize("m, n, k, t, warps, prefer, want", [
@@ -250,6 +262,8 @@ def _dot(m: int, n: int, k: int, t: Any) -> Any:
     (64, 64, 32, bf16, 4, "mma", ("mma", [4, 1])),
     (64, 64, 32, bf16, 4, "fma", None),
     (64, 64, 32, f32, 4, "auto", None),  # f32 stays exact on CUDA cores
+    (64, 64, 8, f32, 4, "tf32", ("mma", [4, 1])),  # ... unless tf32 is asked for: mma.sync m16n8k8
+    (64, 64, 32, f32, 4, "wgmma tf32", None),  # wgmma on tf32 is not implemented
     (128, 128, 64, f16, 8, "auto", ("wgmma", [8, 1])),
     (64, 128, 64, bf16, 8, "auto", ("mma", [4, 2])),  # 64 rows cannot feed 2 warpgroups
     (32, 32, 32, bf16, 4, "auto", ("mma", [2, 2])),
@@ -260,11 +274,15 @@ def _dot(m: int, n: int, k: int, t: Any) -> Any:
     (256, 256, 64, bf16, 4, "auto", ("mma", [4, 1])),  # wgmma's operands would exceed 48 KB together
 ])
 def test_choice(m: int, n: int, k: int, t: Any, warps: int, prefer: str, want: Any) -> None:
-    choice = choose(_dot(m, n, k, t), warps, prefer)
+    precision = "tf32" if prefer.endswith("tf32") else "ieee"
+    prefer = {"tf32": "auto", "wgmma tf32": "wgmma"}.get(prefer, prefer)
+    choice = choose(_dot(m, n, k, t, precision), warps, prefer)
     got = None if choice is None else (choice.instruction, list(choice.accumulator.get("warpsPerCTA")))
     assert got == want
     if want is not None and want[0] == "mma":
-        assert mma_v2_warps(m, n, k, warps) == want[1]
+        k_width = 1 if precision == "tf32" else 2
+        assert mma_v2_warps(m, n, k, warps, k_width) == want[1]
+        assert choice is not None and choice.a.get("kWidth") == choice.b.get("kWidth") == k_width
 
 
 # ----------------------------------------------------------------------------------------------- kernels
@@ -327,7 +345,7 @@ def attention_args(g: torch.Generator, heads: int, t: int, d: int) -> list[Any]:
 
 @mt.kernel
 def dot_kernel(a_ptr, b_ptr, c_ptr, M: mt.constexpr, N: mt.constexpr, K: mt.constexpr, A_T: mt.constexpr,
-               B_T: mt.constexpr):
+               B_T: mt.constexpr, PRECISION: mt.constexpr):
     """c = a @ b for one block; A_T / B_T: a / b stored transposed (contiguous along M / along K)."""
     m = mt.arange(0, M)
     n = mt.arange(0, N)
@@ -340,14 +358,15 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, M: mt.constexpr, N: mt.constexpr, K: mt.cons
         b = mt.load(b_ptr + k[:, None] + n[None, :] * K)
     else:
         b = mt.load(b_ptr + k[:, None] * N + n[None, :])
-    mt.store(c_ptr + m[:, None] * N + n[None, :], mt.dot(a, b))
+    mt.store(c_ptr + m[:, None] * N + n[None, :], mt.dot(a, b, input_precision=PRECISION))
 
 
 def dot_maker(m: int, n: int, k: int, t: Any = bf16, a_t: bool = False, b_t: bool = False, num_warps: int = 4,
               instruction: str = "auto") -> Maker:
     def make() -> Module:
         module = compile_to_ir(dot_kernel, {"a_ptr": P(t), "b_ptr": P(t), "c_ptr": P(f32)},
-                               {"M": m, "N": n, "K": k, "A_T": a_t, "B_T": b_t},
+                               {"M": m, "N": n, "K": k, "A_T": a_t, "B_T": b_t,
+                                "PRECISION": "tf32" if t == f32 else "ieee"},
                                divisibility={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16}, num_warps=num_warps)
         return run_passes(module, ["canonicalize"])
 
@@ -451,10 +470,12 @@ def test_simulated_attention_matches_the_interpreter(instruction: str, gen: torc
     (64, 32, 128, bf16, False, False, 4, "wgmma", "wgmma.mma_async"),  # K = 128: two 128B-swizzle chunks
     (32, 32, 32, bf16, False, False, 4, "fma", "fma.rn.f32"),  # the CUDA-core fallback, forced
     (16, 16, 16, bf16, False, False, 4, "auto", "fma.rn.f32"),  # ... and where the shape needs it
+    (32, 32, 16, f32, False, False, 4, "auto", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),  # tf32
+    (64, 16, 32, f32, True, True, 2, "auto", "cvt.rna.tf32.f32"),  # tf32 operands stored against K
 ])
 def test_simulated_dots_match_the_interpreter(m: int, n: int, k: int, t: Any, a_t: bool, b_t: bool, warps: int,
                                               instruction: str, expect: str, gen: torch.Generator) -> None:
-    torch_t = torch.bfloat16 if t == bf16 else torch.float16
+    torch_t = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[t.name]
     ptx = _compare(dot_maker(m, n, k, t, a_t, b_t, warps, instruction), (1,),
                    dot_args(gen, m, n, k, torch_t, a_t, b_t), [2], 1e-5)
     assert expect in ptx

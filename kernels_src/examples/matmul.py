@@ -44,8 +44,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     mt.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-_SIG = ("a_ptr:*bf16,b_ptr:*bf16,c_ptr:*bf16,bias_ptr:*bf16,M:i32,N:i32,K:i32,stride_am:i32,stride_ak:i32,"
-        "stride_bk:i32,stride_bn:i32,stride_cm:i32,stride_cn:i32")
+# Row-major operands as the JIT sees them: 16-byte aligned pointers, strides multiples of 16, unit inner strides.
+_SIG = ("a_ptr:*bf16:16,b_ptr:*bf16:16,c_ptr:*bf16:16,bias_ptr:*bf16:16,M:i32,N:i32,K:i32,stride_am:i32:16,"
+        "stride_ak:i32=1,stride_bk:i32:16,stride_bn:i32=1,stride_cm:i32:16,stride_cn:i32=1")
 matmul_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
 matmul_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, HAS_BIAS=True, ACTIVATION="gelu")
 

@@ -24,7 +24,7 @@ def rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_cols, eps,
 
 
 rmsnorm_kernel.specialize(
-    signature="x_ptr:*bf16,res_ptr:*bf16,w_ptr:*bf16,out_ptr:*bf16,res_out_ptr:*bf16,n_cols:i32,eps:fp32",
+    signature="x_ptr:*bf16:16,res_ptr:*bf16:16,w_ptr:*bf16:16,out_ptr:*bf16:16,res_out_ptr:*bf16:16,n_cols:i32:16,eps:fp32",
     BLOCK=8192, HAS_RESIDUAL=True, num_warps=8)
 
 

@@ -34,9 +34,9 @@ def softmax_kernel(x_ptr, out_ptr, n_cols, stride_x, stride_out, BLOCK: mt.const
             mt.store(out_row + start + cols, mt.exp(x - m) * inv, mask=mask)
 
 
-softmax_kernel.specialize(signature="x_ptr:*bf16,out_ptr:*bf16,n_cols:i32,stride_x:i32,stride_out:i32",
+softmax_kernel.specialize(signature="x_ptr:*bf16:16,out_ptr:*bf16:16,n_cols:i32:16,stride_x:i32:16,stride_out:i32:16",
                           BLOCK=8192, ONE_BLOCK=True, num_warps=8)
-softmax_kernel.specialize(signature="x_ptr:*fp32,out_ptr:*fp32,n_cols:i32,stride_x:i32,stride_out:i32",
+softmax_kernel.specialize(signature="x_ptr:*fp32:16,out_ptr:*fp32:16,n_cols:i32,stride_x:i32:16,stride_out:i32:16",
                           BLOCK=1024, ONE_BLOCK=False)
 
 

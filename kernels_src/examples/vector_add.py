@@ -16,8 +16,8 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: mt.constexpr):
     mt.store(out_ptr + offs, x + y, mask=mask)
 
 
-add_kernel.specialize(signature="x_ptr:*fp32,y_ptr:*fp32,out_ptr:*fp32,n:i32", BLOCK=1024)
-add_kernel.specialize(signature="x_ptr:*bf16,y_ptr:*bf16,out_ptr:*bf16,n:i32", BLOCK=2048)
+add_kernel.specialize(signature="x_ptr:*fp32:16,y_ptr:*fp32:16,out_ptr:*fp32:16,n:i32:16", BLOCK=1024)
+add_kernel.specialize(signature="x_ptr:*bf16:16,y_ptr:*bf16:16,out_ptr:*bf16:16,n:i32:16", BLOCK=2048)
 
 
 def add(x: torch.Tensor, y: torch.Tensor, block: int = 1024) -> torch.Tensor:
