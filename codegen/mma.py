@@ -4,8 +4,9 @@ Fragments (PTX ISA "matrix fragments for mma.m16n8k16"; CUTLASS SM80_16x8x16_F32
 g = lane / 4 and t = lane % 4, one warp holds, per instruction:
   A 16 x 16 (row-major, 8 x 16-bit: a0..a7, two per 32-bit register, the lower index in the low half):
       element j at (row g + 8 * ((j >> 1) & 1), col 2 * t + (j & 1) + 8 * (j >> 2))
-  B 16 x 8 (k x n, "col": K-adjacent pairs per register: b0..b3):  element j at (k 2 * t + (j & 1) + 8 * (j >> 1), n g)
-  C / D 16 x 8 (f32: c0..c3):                                       element j at (row g + 8 * (j >> 1), col 2 * t + (j & 1))
+  B 16 x 8 (k x n, "col": K-adjacent pairs per register, b0..b3):
+      element j at (k 2 * t + (j & 1) + 8 * (j >> 1), n g)
+  C / D 16 x 8 (f32: c0..c3):  element j at (row g + 8 * (j >> 1), col 2 * t + (j & 1))
 
 The tile layouts (minitriton/ir/mma_layouts.py) put fragment row g + 8 * i of m-block r of warp-row warp_m at tile
 row g + 8 * warp_m + 8 * WM * (2 * r + i) (`logical_row`), and fragment column c of n-block b of warp-column warp_n
@@ -26,6 +27,12 @@ The dot: for every m-block, n-block and 16-wide K step one `mma.sync.aligned.m16
 (f16 alike), accumulating in place in fresh registers that start from the accumulator operand's; the result stays
 in the mma layout (a loop-carried accumulator never leaves registers), and converts to other layouts through
 codegen/layout_moves.py like any blocked tile.
+
+tf32 (f32 operands, input_precision "tf32", kWidth 1): `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`, A 16 x 8
+(a0..a3 at (g + 8 * (j & 1), t + 4 * (j >> 1))), B 8 x 8 (b0, b1 at (t + 4 * j, g)); the operands are staged
+K-contiguous (ldmatrix transposes 16-bit elements only; a b16 8 x 8 matrix is 8 rows of 4 f32, so lane l still
+receives row l / 4, f32 column l % 4) and each element is rounded with `cvt.rna.tf32.f32` (as the interpreter
+rounds) before the mma.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""mt.dot on Hopper tensor cores with `wgmma.mma_async.sync.aligned.m64nNk16` (warpgroup MMA, operands in shared memory).
+"""mt.dot on Hopper tensor cores: `wgmma.mma_async.sync.aligned.m64nNk16` (warpgroup MMA, operands in shared memory).
 
 The dot-lowering pass gives such a dot `mt.local_alloc` operands (`#mt.shared<{swizzle = S, order}>`, K-major) and an
 `#mt.mma<{version = 3, warpsPerCTA = [W, 1], instrShape = [16, Ni, 16]}>` result. Here:

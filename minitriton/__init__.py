@@ -23,6 +23,10 @@ def __getattr__(name: str):  # the runtime imports lazily so `import minitriton`
         from .runtime import jit
 
         return getattr(jit, name)
+    if name in ("autotune", "Config"):
+        from .runtime import autotune
+
+        return getattr(autotune, name)
     if name == "TensorDescriptor":
         from .runtime.tma import TensorDescriptor
 
@@ -30,5 +34,5 @@ def __getattr__(name: str):  # the runtime imports lazily so `import minitriton`
     raise AttributeError(f"module 'minitriton' has no attribute {name!r}")
 
 
-__all__ = list(_language_all) + ["kernel", "Kernel", "TensorDescriptor", "func", "CompilationError",
-                                  "InterpreterError"]
+__all__ = list(_language_all) + ["kernel", "Kernel", "autotune", "Config", "TensorDescriptor", "func",
+                                  "CompilationError", "InterpreterError"]

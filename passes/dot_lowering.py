@@ -49,6 +49,7 @@ from .tiling import assign_layouts
 # The static shared memory a kernel may use (codegen/context.py SMEM_LIMIT): operands are staged through it.
 SMEM_BUDGET = 48 * 1024
 CHOICES = ("auto", "wgmma", "mma", "fma")
+DEFAULT_CHOICE = "auto"  # for kernels without a `dot_instruction` attr ("mma" keeps wgmma off everywhere)
 TENSOR_CORE_TYPES = ("f16", "bf16")
 K_WIDTH = 2  # 16-bit elements: two K-adjacent values per 32-bit register of an mma.sync fragment
 
@@ -74,7 +75,7 @@ def dot_lowering(module: Module) -> Module:
 def lower_dots(func: Operation) -> bool:
     """Rewrite the eligible dots of `func`; True when there was one."""
     num_warps = int(func.attrs.get("num_warps", 4))
-    prefer = func.attrs.get("dot_instruction", "auto")
+    prefer = func.attrs.get("dot_instruction", DEFAULT_CHOICE)
     if prefer not in CHOICES:
         raise ValueError(f"dot-lowering: dot_instruction must be one of {CHOICES}, got {prefer!r}")
     chosen = {}
@@ -216,7 +217,8 @@ def verify_dot_layouts(func: Operation) -> None:
         if not tiles_accumulator(acc, op.result.type.shape):
             raise ValueError(f"{where}: {acc} does not tile {op.result.type}")
         if acc.get("version") == 2:
-            want = (dot_operand_layout(0, acc, K_WIDTH), dot_operand_layout(1, acc, K_WIDTH))
+            k_width = 1 if op.operands[0].type.scalar.name == "f32" else K_WIDTH  # type: ignore[union-attr]
+            want = (dot_operand_layout(0, acc, k_width), dot_operand_layout(1, acc, k_width))
         else:
             want = tuple(e if e is not None and e.kind == "shared" else None for e in (a, b))
         if (a, b) != want or None in want:

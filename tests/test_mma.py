@@ -31,7 +31,8 @@ import minitriton as mt
 from minitriton.codegen import mma as mma_codegen
 from minitriton.codegen import ptxas_path, wgmma as wgmma_codegen
 from minitriton.frontend import compile_to_ir
-from minitriton.ir import Module
+from minitriton.interpreter import interpret
+from minitriton.ir import Module, parse_module, print_module
 from minitriton.ir.layouts import WARP_SIZE, blocked, thread_map
 from minitriton.ir.mma_layouts import dot_operand_layout, mma_layout
 from minitriton.ir.types import SCALAR_TYPES, PointerType, tensor
@@ -376,6 +377,24 @@ def dot_maker(m: int, n: int, k: int, t: Any = bf16, a_t: bool = False, b_t: boo
 def dot_args(g: torch.Generator, m: int, n: int, k: int, t: torch.dtype, a_t: bool, b_t: bool) -> list[Any]:
     a, b = torch.randn(m, k, generator=g).to(t), torch.randn(k, n, generator=g).to(t)
     return [a.t().contiguous() if a_t else a, b.t().contiguous() if b_t else b, nan_like((m, n), torch.float32)]
+
+
+@pytest.mark.parametrize("instruction", ["auto", "mma"])
+def test_lowered_ir_prints_parses_and_interprets(instruction: str, gen: torch.Generator) -> None:
+    """The tensor-core IR round-trips through text, still runs in the interpreter (local_alloc and convert_layout
+    are identities there) with the untiled kernel's exact results, and is refused a second dot-lowering."""
+    make = attention_maker(instruction=instruction)
+    module = run_passes(make(), ["tiling", "dot-lowering"])
+    text = print_module(module)
+    assert print_module(parse_module(text)) == text
+    assert ("mt.local_alloc" in text) == (instruction == "auto") and "#mt.mma" in text
+    args = attention_args(gen, 1, 70, 64)
+    want = run_interpreted(make, (2, 1), args)
+    got = clone_args(args)
+    interpret(module.functions[0], (2, 1), got)
+    assert torch.equal(got[3], want[3])
+    with pytest.raises(ValueError, match="already went through dot-lowering"):
+        run_passes(module, ["dot-lowering"])
 
 
 # -------------------------------------------------------------------------------------------------- 4. PTX
