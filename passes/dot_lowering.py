@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minitriton.ir.layouts import default_layout
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.mma_layouts import dot_operand_layout, mma_layout, shared_layout, tiles_accumulator
 from minitriton.ir.types import LayoutAttr, TensorType
@@ -88,7 +89,11 @@ def lower_dots(func: Operation) -> bool:
     if not chosen:
         return False
     strip_layouts(func)
-    assign_layouts(func, {op: c.accumulator for op, c in chosen.items()})
+    anchors = {op: c.accumulator for op, c in chosen.items()}
+    for op in func.walk():  # dots left on CUDA cores keep a blocked accumulator: an #mma layout flooding in from a
+        if op.name == "mt.dot" and op not in chosen:  # tensor-core neighbour may not tile their shape
+            anchors[op] = default_layout(op.result.type.shape, num_warps)
+    assign_layouts(func, anchors)
     memo: dict[tuple[Value, LayoutAttr], Value] = {}
     for op, choice in chosen.items():
         for i, enc in ((0, choice.a), (1, choice.b)):

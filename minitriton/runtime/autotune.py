@@ -190,8 +190,9 @@ def _describe_value(value: Any) -> str:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+    """`CudaError: cuLaunchKernel of ... failed: ...`: the error's type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 class Autotuner:
@@ -213,7 +214,8 @@ class Autotuner:
         self.__doc__ = kernel.__doc__
         self.__module__ = kernel.__module__
         self.configs = list(configs)
-        self.key = list(key)
+        self.key = [key] if isinstance(key, str) else list(key)  # a str is refused by _validate, not split
+        self._key_given = key
         self.reset_to_zero = list(reset_to_zero or ())
         self.restore_value = list(restore_value or ())
         self.prune = self._pruner(prune_configs_by)
@@ -244,7 +246,7 @@ class Autotuner:
                     kind = "a runtime parameter" if name in k.runtime_params else "not a parameter"
                     raise ValueError(f"{where}: {c!r} sets '{name}', which is {kind}; configs set constexpr "
                                      f"parameters ({', '.join(k.constexpr_params) or 'none'})")
-        if isinstance(self.key, str) or not self.key:
+        if isinstance(self._key_given, str) or not self.key:
             raise ValueError(f"{where}: key must be a non-empty list of parameter names, got {self.key!r}")
         tuned = {n for c in self.configs for n in c.kwargs}
         for name in self.key:
@@ -393,28 +395,31 @@ class Autotuner:
         label = f"[autotune {self.__name__} {self._describe_key(named)}]"
         bench = self.do_bench or benchmark  # the module attribute, read now: tests replace it
         launch_fn = self.kernel[grid]
-        saved = {n: self._tensor(named, n, "restore_value").clone() for n in self.restore_value}
+        zeroed = [self._tensor(named, n, "reset_to_zero") for n in self.reset_to_zero]
+        saved = [(t, t.clone()) for t in (self._tensor(named, n, "restore_value") for n in self.restore_value)]
         timings: dict[str, float | None] = {}
         results: list[tuple[float, Config]] = []
         failures: list[tuple[Config, BaseException]] = []
         started = time.perf_counter()
-        for i, config in enumerate(configs, 1):
-            where = f"{label} {i}/{len(configs)} {config.describe()}"
-            self._reset(named, saved)
-            try:
-                ms = float(bench(ConfigLaunch(launch_fn, args, {**kwargs, **config.launch_kwargs}, config),
-                                 warmup=self.warmup, rep=self.rep))
-            except SKIPPABLE_ERRORS as e:
-                failures.append((config, e))
-                timings[config.describe()] = None
-                _progress(f"{where}: skipped ({_first_line(e)})")
-                warnings.warn(f"autotune {self.__name__}: config {config.describe()} skipped: {_first_line(e)}",
-                              AutotuneWarning, stacklevel=5)
-                continue
-            timings[config.describe()] = ms
-            results.append((ms, config))
-            _progress(f"{where}: {ms:.3f} ms")
-        self._reset(named, saved)  # the caller's launch sees what it passed
+        try:
+            for i, config in enumerate(configs, 1):
+                where = f"{label} {i}/{len(configs)} {config.describe()}"
+                _reset(zeroed, saved)
+                try:
+                    ms = float(bench(ConfigLaunch(launch_fn, args, {**kwargs, **config.launch_kwargs}, config),
+                                     warmup=self.warmup, rep=self.rep))
+                except SKIPPABLE_ERRORS as e:
+                    failures.append((config, e))
+                    timings[config.describe()] = None
+                    _progress(f"{where}: skipped ({_first_line(e)})")
+                    warnings.warn(f"autotune {self.__name__}: config {config.describe()} skipped: "
+                                  f"{_first_line(e)}", AutotuneWarning, stacklevel=5)
+                    continue
+                timings[config.describe()] = ms
+                results.append((ms, config))
+                _progress(f"{where}: {ms:.3f} ms")
+        finally:
+            _reset(zeroed, saved)  # the caller's launch (or the caller, after an error) sees what it passed
         if not results:
             reasons = "; ".join(f"{c.describe()}: {_first_line(e)}" for c, e in failures)
             raise AutotuneError(f"autotuned kernel '{self.__name__}': every config failed for "
@@ -426,17 +431,10 @@ class Autotuner:
 
     def _tensor(self, named: dict[str, Any], name: str, what: str) -> Any:
         value = named[name]
-        if not (hasattr(value, "zero_") and hasattr(value, "copy_")):
+        if not (hasattr(value, "zero_") and hasattr(value, "copy_") and hasattr(value, "clone")):
             raise TypeError(f"{what} of autotuned kernel '{self.__name__}' names '{name}', which is "
                             f"{type(value).__name__}, not a tensor")
         return value
-
-    def _reset(self, named: dict[str, Any], saved: dict[str, Any]) -> None:
-        """The restore_value tensors back to their values from before tuning, the reset_to_zero ones zeroed."""
-        for name, copy in saved.items():
-            named[name].copy_(copy)
-        for name in self.reset_to_zero:
-            self._tensor(named, name, "reset_to_zero").zero_()
 
     # --------------------------------------------------------------------------------- on disk
 
@@ -520,6 +518,14 @@ class Autotuner:
 
     def __repr__(self) -> str:
         return f"<mt.autotune {self.__name__}({', '.join(self.kernel.arg_names)}) over {len(self.configs)} configs>"
+
+
+def _reset(zeroed: list[Any], saved: list[tuple[Any, Any]]) -> None:
+    """reset_to_zero tensors zeroed, restore_value tensors given back their values from before tuning."""
+    for tensor in zeroed:
+        tensor.zero_()
+    for tensor, copy in saved:
+        tensor.copy_(copy)
 
 
 def _progress(line: str) -> None:
