@@ -19,6 +19,7 @@ TABLES: dict[str, str] = {
     "bandwidth": "benchmarks.bandwidth",
     "flash_kda": "benchmarks.bench_flash_kda",
     "warp_decode": "benchmarks.bench_warp_decode",
+    "kda_decode": "benchmarks.bench_kda_decode",
 }
 
 

@@ -683,8 +683,11 @@ def test_benchmark_is_the_median_of_event_timed_launches(monkeypatch) -> None:
 
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    slept: list[tuple[int, int]] = []  # (cycles, launches made before the sleep was queued)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: slept.append((cycles, len(launches))), raising=False)
     assert autotune_module.benchmark(launch, warmup=2, rep=5) == 3.0
     assert len(launches) == 8
+    assert slept == [(5 * autotune_module.SLEEP_CYCLES_PER_LAUNCH, 3)]  # queued right before the timed launches
 
 
 # ------------------------------------------------------------------------------------------------ GPU
@@ -701,7 +704,7 @@ def test_gpu_autotuned_matmul_matches_torch(capfd: pytest.CaptureFixture) -> Non
     tuner = matmul.matmul_kernel_autotuned
     tuner.clear_cache()
     capfd.readouterr()
-    for m, n, k in [(1000, 600, 520), (512, 512, 512)]:
+    for m, n, k in [(1000, 600, 520), (1016, 600, 520)]:  # M changes the key, not the compiled variants
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
         out = matmul.matmul_autotuned(a, b)
