@@ -18,12 +18,14 @@ reused for fp32, as in Triton) and the options the configs leave to the caller. 
 TypeError, a tuned constexpr (or num_warps / num_stages that a config sets) passed by the caller. One dict lookup
 then gives the winning Config, whose constexprs and options are passed as keywords to `kernel[grid]`: a grid
 callable sees them in META. Everything else happens only for a key not seen yet in this process (`_tune`):
-  1. MINITRITON_AUTOTUNE=0 or MINITRITON_SKIP_AUTOTUNE=1: the first config (after pruning), nothing measured.
-  2. The on-disk record, `<MINITRITON_CACHE_DIR>/autotune/<sha256 of kernel fingerprint + compiler version +
+  1. `prune_configs_by(configs, named_args)` narrows the list (named_args: every argument by name, defaults
+     included, tuned constexprs left out).
+  2. MINITRITON_AUTOTUNE=0 or MINITRITON_SKIP_AUTOTUNE=1, or a single config left: the first one, nothing measured
+     and nothing written to disk.
+  3. The on-disk record, `<MINITRITON_CACHE_DIR>/autotune/<sha256 of kernel fingerprint + compiler version +
      arch>.json`: {device name | key names | key -> winning config}. A hit whose config is still in the list is
      used without benchmarking. A corrupt file is reported on stderr, ignored and rewritten by the next tuning;
      writes are atomic (temporary file + os.replace; concurrent writers lose at most an entry, i.e. a re-tune).
-  3. `prune_configs_by(configs, named_args)` narrows the list; one config left is used without benchmarking.
   4. Every config is benchmarked through `benchmark` (or the `do_bench=` given): its first launch compiles and
      loads, then a few warm-up launches, then the median of N launches each timed by CUDA events on torch's
      current stream. A config that fails to compile (CompilationError, ptxas errors included), needs more shared
@@ -39,9 +41,11 @@ Benchmarking calls `benchmark(launch, warmup=..., rep=...)` through the module a
 replace it (or pass `do_bench=`); `launch` is a ConfigLaunch whose `.config` says which config it runs.
 
 Ahead of time: `tuner.specialize(...)` declares on the underlying kernel (`tuner.kernel`); `minitriton compile`
-compiles each declared specialization only, never the config list (declare one per config to ship them all). The
-CLI finds kernels among a file's Kernel objects, so an autotuned kernel's declarations are compiled when the
-underlying kernel is bound to a module name (as in kernels_src/examples/matmul.py).
+compiles each declared specialization only, never the config list (declare one specialization per config to
+ship them all). The CLI lists a file's Kernel objects, so it finds those declarations when the underlying kernel
+has a module-level name of its own (as `matmul_kernel` in kernels_src/examples/matmul.py, tuned by
+`matmul_kernel_autotuned`); with the decorators stacked, the name holds the Autotuner, which the CLI lists only
+once its `kernels_in` unwraps `Autotuner.kernel`.
 """
 from __future__ import annotations
 
@@ -222,8 +226,7 @@ class Autotuner:
         self.__doc__ = kernel.__doc__
         self.__module__ = kernel.__module__
         self.configs = list(configs)
-        self.key = [key] if isinstance(key, str) else list(key)  # a str is refused by _validate, not split
-        self._key_given = key
+        self.key = key if isinstance(key, str) else list(key)  # a str ("M") is refused by _validate, not split
         self.reset_to_zero = list(reset_to_zero or ())
         self.restore_value = list(restore_value or ())
         self.prune = self._pruner(prune_configs_by)
@@ -254,7 +257,7 @@ class Autotuner:
                     kind = "a runtime parameter" if name in k.runtime_params else "not a parameter"
                     raise ValueError(f"{where}: {c!r} sets '{name}', which is {kind}; configs set constexpr "
                                      f"parameters ({', '.join(k.constexpr_params) or 'none'})")
-        if isinstance(self._key_given, str) or not self.key:
+        if isinstance(self.key, str) or not self.key:
             raise ValueError(f"{where}: key must be a non-empty list of parameter names, got {self.key!r}")
         tuned = {n for c in self.configs for n in c.kwargs}
         for name in self.key:
@@ -320,9 +323,22 @@ class Autotuner:
             return self._launch_fns[grid]
         except (KeyError, TypeError):
             pass
+        # The lookups are bound once per grid: the kernel's launch function of this grid stays valid
+        # (Kernel.clear_cache empties the dicts it reads in place), and so does self.best (cleared in place too).
+        key_of, best, kernel_launch, configs = self._key_of, self.best, self.kernel[grid], self.configs
 
         def launch(*args: Any, **kwargs: Any) -> None:
-            return self.run(grid, *args, **kwargs)
+            key = key_of(*args, **kwargs)
+            if interpreting():
+                config = configs[self.interpret_config]
+            else:
+                try:
+                    config = best.get(key)
+                except TypeError:
+                    raise self._unhashable_key(key) from None
+                if config is None:
+                    config = self._tune(key, grid, args, kwargs)
+            kernel_launch(*args, **kwargs, **config.launch_kwargs)
 
         try:
             if len(self._launch_fns) >= MAX_CACHED_GRIDS:
@@ -337,17 +353,7 @@ class Autotuner:
 
     def run(self, grid: Any, *args: Any, **kwargs: Any) -> None:
         """Launch on `grid` with the best config for these arguments (tuning first if their key is new)."""
-        key = self._key_of(*args, **kwargs)
-        if interpreting():
-            config = self.configs[self.interpret_config]
-        else:
-            try:
-                config = self.best.get(key)
-            except TypeError:
-                raise self._unhashable_key(key) from None
-            if config is None:
-                config = self._tune(key, grid, args, kwargs)
-        self.kernel[grid](*args, **kwargs, **config.launch_kwargs)
+        self[grid](*args, **kwargs)
 
     def _unhashable_key(self, key: tuple) -> TypeError:
         for name, part in zip(self.key, key):
@@ -421,7 +427,7 @@ class Autotuner:
                     timings[config.describe()] = None
                     _progress(f"{where}: skipped ({_first_line(e)})")
                     warnings.warn(f"autotune {self.__name__}: config {config.describe()} skipped: "
-                                  f"{_first_line(e)}", AutotuneWarning, stacklevel=5)
+                                  f"{_first_line(e)}", AutotuneWarning, stacklevel=4)
                     continue
                 timings[config.describe()] = ms
                 results.append((ms, config))
