@@ -178,9 +178,16 @@ def import_file(path: Path) -> Any:
 
 
 def kernels_in(module: Any) -> dict[str, Any]:
+    """The module's kernels by name; an @mt.autotune-wrapped kernel counts as its underlying kernel."""
+    from minitriton.runtime.autotune import Autotuner
     from minitriton.runtime.jit import Kernel
 
-    return {name: v for name, v in vars(module).items() if isinstance(v, Kernel)}
+    found: dict[str, Any] = {}
+    for name, v in vars(module).items():
+        v = v.kernel if isinstance(v, Autotuner) else v
+        if isinstance(v, Kernel) and all(v is not k for k in found.values()):  # one kernel under two names
+            found[name] = v
+    return found
 
 
 def select_specializations(module: Any, path: Path, kernel_name: str | None, args: argparse.Namespace) -> list:
