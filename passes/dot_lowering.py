@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from minitriton.ir.layouts import default_layout
 from minitriton.ir import Block, Module, Operation, Value
+from minitriton.ir.core import insert_after_definition
 from minitriton.ir.mma_layouts import dot_operand_layout, mma_layout, shared_layout, tiles_accumulator
 from minitriton.ir.types import LayoutAttr, TensorType
 
@@ -188,21 +189,9 @@ def _operand_in(v: Value, enc: LayoutAttr, memo: dict[tuple[Value, LayoutAttr], 
         name = "mt.local_alloc" if enc.kind == "shared" else "mt.convert_layout"
         loc = v.defining_op.loc if v.defining_op is not None else None
         new = Operation(name, [v], [v.type.with_encoding(enc)], loc=loc)
-        _insert_after_def(v, new)
+        insert_after_definition(v, new)
         memo[key] = new.result
     return memo[key]
-
-
-def _insert_after_def(v: Value, new: Operation) -> None:
-    op = v.defining_op
-    if op is None:
-        block = v.owner
-        assert isinstance(block, Block)
-        block.insert(0, new)
-    else:
-        block = op.parent
-        assert block is not None
-        block.insert(block.ops.index(op) + 1, new)
 
 
 def verify_dot_layouts(func: Operation) -> None:

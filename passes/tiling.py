@@ -32,6 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from minitriton.ir import Block, Module, Operation, Value
+from minitriton.ir.core import insert_after_definition
 from minitriton.ir.layouts import (WARP_SIZE, blocked_for_shape, default_layout, is_blocked, is_slice,
                                    permute_layout, slice_of)
 from minitriton.ir.ops import OPS
@@ -292,7 +293,7 @@ class _Solver:
                 self.memo[key] = self._recompute(v, want)
             else:
                 conv = Operation("mt.convert_layout", [v], [v.type.with_encoding(want)], loc=_loc_of(v))
-                _insert_after_def(v, conv)
+                insert_after_definition(v, conv)
                 self.memo[key] = conv.result
         return self.memo[key]
 
@@ -305,7 +306,7 @@ class _Solver:
         operands = [self._in_layout(x, config[1][(op, i)]) if _is_tensor(x) else x  # type: ignore[arg-type]
                     for i, x in enumerate(op.operands)]
         clone = Operation(op.name, operands, [v.type.with_encoding(want)], dict(op.attrs), loc=op.loc)
-        _insert_after_def(v, clone)
+        insert_after_definition(v, clone)
         return clone.result
 
 
@@ -337,19 +338,6 @@ def _is_cheap(op: Operation) -> bool:
 def _loc_of(v: Value):  # type: ignore[no-untyped-def]
     op = v.defining_op
     return op.loc if op is not None else None
-
-
-def _insert_after_def(v: Value, new: Operation) -> None:
-    """Place `new` right after the definition of `v` (at the top of the block for a block argument)."""
-    op = v.defining_op
-    if op is None:
-        block = v.owner
-        assert isinstance(block, Block)
-        block.insert(0, new)
-    else:
-        block = op.parent
-        assert block is not None
-        block.insert(block.ops.index(op) + 1, new)
 
 
 # -------------------------------------------------------------------------------------------- coalescing

@@ -11,6 +11,23 @@ def gelu(x):
     return 0.5 * x * (1.0 + mt.erf(x * 0.7071067811865476))
 
 
+@mt.func
+def store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION):
+    """C[rm, rn] = act(acc + bias[rn]), masked to the M x N matrix (shared by the GEMM examples)."""
+    if HAS_BIAS:
+        acc += mt.load(bias_ptr + rn, mask=rn < N, other=0.0).to(mt.float32)[None, :]
+    if ACTIVATION == "relu":
+        acc = mt.maximum(acc, 0.0)
+    elif ACTIVATION == "gelu":
+        acc = gelu(acc)
+    elif ACTIVATION == "silu":
+        acc = acc * mt.sigmoid(acc)
+    else:
+        mt.static_assert(ACTIVATION == "none", f"unknown activation {ACTIVATION}")
+    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    mt.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 @mt.kernel
 def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
@@ -30,18 +47,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
         acc = mt.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-    if HAS_BIAS:
-        acc += mt.load(bias_ptr + rn, mask=rn < N, other=0.0).to(mt.float32)[None, :]
-    if ACTIVATION == "relu":
-        acc = mt.maximum(acc, 0.0)
-    elif ACTIVATION == "gelu":
-        acc = gelu(acc)
-    elif ACTIVATION == "silu":
-        acc = acc * mt.sigmoid(acc)
-    else:
-        mt.static_assert(ACTIVATION == "none", f"unknown activation {ACTIVATION}")
-    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-    mt.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION)
 
 
 # Row-major operands as the JIT sees them: 16-byte aligned pointers, strides multiples of 16, unit inner strides.

@@ -11,7 +11,7 @@ import torch
 
 import minitriton as mt
 
-from minitriton.kernels.examples.matmul import gelu, reference  # noqa: F401  (reference: as matmul.py)
+from minitriton.kernels.examples.matmul import reference, store_epilogue  # noqa: F401  (reference: as matmul.py)
 
 
 @mt.kernel
@@ -29,18 +29,7 @@ def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, M, N, K, stride_cm, strid
         acc = mt.dot(a, b, acc)
     rm = off_m + mt.arange(0, BLOCK_M)
     rn = off_n + mt.arange(0, BLOCK_N)
-    if HAS_BIAS:
-        acc += mt.load(bias_ptr + rn, mask=rn < N, other=0.0).to(mt.float32)[None, :]
-    if ACTIVATION == "relu":
-        acc = mt.maximum(acc, 0.0)
-    elif ACTIVATION == "gelu":
-        acc = gelu(acc)
-    elif ACTIVATION == "silu":
-        acc = acc * mt.sigmoid(acc)
-    else:
-        mt.static_assert(ACTIVATION == "none", f"unknown activation {ACTIVATION}")
-    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-    mt.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION)
 
 
 _SIG = ("a_desc:tensordesc<bf16[64,64]>,b_desc:tensordesc<bf16[64,64]>,c_ptr:*bf16,bias_ptr:*bf16,M:i32,N:i32,"

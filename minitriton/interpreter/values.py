@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.numeric import wrap_int
 from ..ir.types import PointerType, ScalarType, Type
 
 F32 = np.dtype(np.float32)
@@ -121,15 +122,6 @@ def to_raw(values: Any, s: ScalarType) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ constants
-
-
-def wrap_int(value: int, s: ScalarType) -> int:
-    """A Python int reduced modulo 2**bits into `s`'s range (two's complement for signed types)."""
-    bits = s.bits
-    v = int(value) & ((1 << bits) - 1)
-    if s.is_signed and bits > 1 and v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return v
 
 
 def scalar_value(value: int | float | bool, s: ScalarType) -> Any:

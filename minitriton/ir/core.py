@@ -209,6 +209,19 @@ def function_body(func: Operation) -> Block:
     return func.regions[0].block
 
 
+def insert_after_definition(v: Value, new: Operation) -> None:
+    """Place `new` right after the op defining `v` (at the top of the block when `v` is a block argument)."""
+    op = v.defining_op
+    if op is None:
+        block = v.owner
+        assert isinstance(block, Block)
+        block.insert(0, new)
+    else:
+        block = op.parent
+        assert block is not None
+        block.insert(block.ops.index(op) + 1, new)
+
+
 class Builder:
     """Creates ops at an insertion point (the end of a block), giving each the current location."""
 
