@@ -31,7 +31,7 @@ from minitriton.errors import CompilationError
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.types import PointerType, ScalarType, TensorDescType, TensorType
 
-from . import dot, elementwise, layout_moves, memory, reductions, tma, wgmma
+from . import async_copy, dot, elementwise, layout_moves, memory, reductions, tma, wgmma
 from .context import KernelContext
 from .registers import literal, mov_type, reg_class
 
@@ -298,6 +298,9 @@ LOWERINGS: dict[str, Lowering] = {
     "mt.trans": layout_moves.lower_trans, "mt.reshape": layout_moves.lower_reshape,
     "mt.reduce": reductions.lower_reduce, "mt.scan": reductions.lower_scan, "mt.dot": dot.lower_dot,
     "mt.local_alloc": wgmma.lower_local_alloc,
+    "mt.alloc_ring": async_copy.lower_alloc_ring, "mt.async_copy": async_copy.lower_async_copy,
+    "mt.async_commit": async_copy.lower_async_commit, "mt.async_wait": async_copy.lower_async_wait,
+    "mt.local_load": async_copy.lower_local_load,
     "mt.descriptor_load": tma.lower_descriptor_load, "mt.descriptor_store": tma.lower_descriptor_store,
 }
 for _name in elementwise.LOWERINGS:

@@ -5,5 +5,6 @@ from .registry import PASSES, get_pass, register_pass, run_passes
 from . import canonicalize, constant_fold, cse, dce  # noqa: E402,F401  (canonicalization passes)
 from . import tiling  # noqa: E402,F401  (layout assignment)
 from . import dot_lowering  # noqa: E402,F401  (tensor-core instruction choice for mt.dot)
+from . import pipeline  # noqa: E402,F401  (software pipelining of dot K loops: cp.async rings)
 
 __all__ = ["PASSES", "get_pass", "register_pass", "run_passes"]

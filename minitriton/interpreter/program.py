@@ -23,7 +23,7 @@ import torch
 from ..errors import InterpreterError
 from ..ir.core import Block, Operation, Value
 from ..ir.types import PointerType, ScalarType, TensorDescType, Type
-from . import elementwise, memops, tiles, tma_ops
+from . import async_ops, elementwise, memops, tiles, tma_ops
 from .memory import Memory
 from .values import dtype_of, scalar_value
 
@@ -199,6 +199,7 @@ STEPS: dict[str, Callable[[Operation, Compiler], Step]] = {
     "scf.for": _for, "scf.if": _if, "scf.while": _while,
     **{name: _memop(build) for name, build in memops.STEP_BUILDERS.items()},
     **{name: _memop(build) for name, build in tma_ops.STEP_BUILDERS.items()},
+    **{name: _memop(build) for name, build in async_ops.STEP_BUILDERS.items()},
 }
 
 

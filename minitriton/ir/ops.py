@@ -232,6 +232,72 @@ def _local_alloc(o: Operation) -> None:
         fail(o, f"result must have a #mt.shared encoding, got {res}")
 
 
+# ------------------------------------------------------------------------ software pipelining (passes/pipeline.py)
+
+
+def _ring_of(o: Operation) -> TensorType:
+    ring = o.operands[0].type
+    if not isinstance(ring, TensorType) or len(ring.shape) < 2:
+        fail(o, f"first operand must be a ring buffer tensor<STAGES x ...>, got {ring}")
+    return ring  # type: ignore[return-value]
+
+
+def _slot_operand(o: Operation, index: int) -> None:
+    t = o.operands[index].type
+    if not isinstance(t, ScalarType) or not t.is_int:
+        fail(o, f"the slot must be an integer scalar, got {t}")
+
+
+@op("mt.alloc_ring", "A shared-memory ring buffer of `stages` slots, tensor<STAGES x ...>: slot s holds one tile "
+    "(the leading dim is the stage); its contents start undefined (the interpreter: zeros). Each execution is a "
+    "new buffer.", pure=False)
+def _alloc_ring(o: Operation) -> None:
+    counts(o, 0, 1)
+    t = o.result.type
+    stages = attr(o, "stages", int)
+    if not isinstance(t, TensorType) or len(t.shape) < 2 or t.shape[0] != stages or stages < 2:
+        fail(o, f"result must be tensor<{stages}x...> with at least 2 stages, got {t}")
+
+
+@op("mt.async_copy", "Starts copying the pointees of a tile of pointers into slot `slot` of a ring; operands (ring, "
+    "slot, ptr[, mask]). Masked-off lanes write 0 (cp.async's zero fill). The copy joins the current group; it is "
+    "complete once an mt.async_wait has left fewer groups pending than were committed after it.", pure=False)
+def _async_copy(o: Operation) -> None:
+    counts(o, (3, 4), 0)
+    ring = _ring_of(o)
+    _slot_operand(o, 1)
+    p = o.operands[2].type
+    if not p.is_pointer or tuple(shape_of(p)) != tuple(ring.shape[1:]) or p.scalar.pointee != ring.scalar:  # type: ignore
+        fail(o, f"copies a tile of pointers to {ring.scalar} of shape {list(ring.shape[1:])}, got {p}")
+    if len(o.operands) > 3 and strip(o.operands[3].type) != strip(with_scalar(p, i1)):
+        fail(o, f"mask must be {with_scalar(p, i1)}")
+
+
+@op("mt.async_commit", "Closes the current group of mt.async_copy ops (cp.async.commit_group).", pure=False)
+def _async_commit(o: Operation) -> None:
+    counts(o, 0, 0)
+
+
+@op("mt.async_wait", "Waits until at most `pending` committed groups of async copies are incomplete "
+    "(cp.async.wait_group pending), then makes their data visible to the whole block.", pure=False)
+def _async_wait(o: Operation) -> None:
+    counts(o, 0, 0)
+    pending = attr(o, "pending", int)
+    if pending < 0:  # type: ignore[operator]
+        fail(o, f"pending must be >= 0, got {pending}")
+
+
+@op("mt.local_load", "Reads slot `slot` of a ring buffer as a tile (in the result's layout); operands (ring, slot). "
+    "The slot's group must have been waited for.", pure=False)
+def _local_load(o: Operation) -> None:
+    counts(o, 2, 1)
+    ring = _ring_of(o)
+    _slot_operand(o, 1)
+    res = o.result.type
+    if not isinstance(res, TensorType) or tuple(res.shape) != tuple(ring.shape[1:]) or res.scalar != ring.scalar:
+        fail(o, f"result must be one slot, tensor<{'x'.join(map(str, ring.shape[1:]))}x{ring.scalar}>, got {res}")
+
+
 # -------------------------------------------------------------------------------------------- memory
 
 
