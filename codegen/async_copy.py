@@ -36,7 +36,7 @@ def _slot_base(ctx: KernelContext, ring: Value, slot: Value) -> str:
     t: TensorType = ring.type  # type: ignore[assignment]
     slot_bytes = t.numel // t.shape[0] * t.scalar.bytes  # type: ignore[union-attr]
     base = ctx.new("b32")
-    ctx.emit(f"mad.lo.u32 {base}, {ctx.get1(slot)}, {slot_bytes}, {ctx.get1(ring)};")
+    ctx.emit(f"mad.lo.u32 {base}, {ctx.get1(slot)}, {slot_bytes}, {ctx.get(ring)[0]};")
     return base
 
 

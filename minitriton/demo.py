@@ -73,17 +73,46 @@ def example_cases(dev: str, big: bool) -> list[tuple[str, float, Callable[[], fl
 
 
 def k3_cases(dev: str, big: bool) -> list[tuple[str, float, Callable[[], float]]]:
-    """The K3 kernels contribute their own cases through a `demo_cases(device, big)` function, when present."""
-    cases = []
-    for name in K3_MODULES:
-        try:
-            mod = importlib.import_module(f"minitriton.kernels.{name}")
-        except ImportError:
-            continue
-        fn = getattr(mod, "demo_cases", None)
-        if fn is not None:
-            cases += fn(dev, big)
-    return cases
+    """The K3 kernels against their float64 references: small shapes in the interpreter, real ones on a GPU."""
+    from minitriton.kernels import flash_kda, kda_decode, kda_reference, kda_ref, mxfp4, warp_decode
+
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen)
+
+    def case_flash_kda() -> float:
+        b, t, h, d = (1, 8192, 12, 128) if big else (1, 70, 1, 16)
+        x = dict(q=randn(b, t, h, d).bfloat16(), k=randn(b, t, h, d).bfloat16(), v=randn(b, t, h, d).bfloat16(),
+                 g=randn(b, t, h, d).bfloat16(), beta=randn(b, t, h).bfloat16(), A_log=torch.rand(h, generator=gen),
+                 dt_bias=randn(h * d), initial_state=randn(b, h, d, d))
+        ref_o, _ = kda_ref.kda_recurrent_reference(**x, output_final_state=True)
+        o, _ = flash_kda.chunk_kda(**{k: v.to(dev) for k, v in x.items()}, output_final_state=True)
+        return rel_err(o, ref_o)
+
+    def case_kda_decode() -> float:
+        b, h, d, steps = (256, 12, 128, 20) if big else (3, 2, 16, 4)
+        rep = kda_reference.simulate_spec_decode(kda_decode.kda_decode_step, num_requests=b + 2, batch_rows=b,
+                                                 num_slots=b + 4, heads=h, head_k_dim=d, head_v_dim=d, num_drafts=3,
+                                                 steps=steps, seed=1, device=dev)
+        return max(rep.output_error, rep.state_error)
+
+    def case_warp_decode() -> float:
+        bsz, dim, inter, experts, top = (4, 3584, 3072, 64, 16) if big else (2, 96, 80, 8, 3)
+        w13 = mxfp4.random_mxfp4((experts, 2 * inter), dim, gen)
+        w2 = mxfp4.random_mxfp4((experts, dim), inter, gen)
+        x = randn(bsz, dim).bfloat16()
+        ids = torch.stack([torch.randperm(experts, generator=gen)[:top] for _ in range(bsz)]).int()
+        weights = torch.softmax(randn(bsz, top), -1)
+        ref = warp_decode.reference(x, ids, weights, w13, w2)
+        out = warp_decode.moe_decode(x.to(dev), ids.to(dev), weights.to(dev),
+                                     warp_decode.prepare_experts(*(t.to(dev) for t in w13)),
+                                     warp_decode.prepare_experts(*(t.to(dev) for t in w2)), out_dtype=torch.float32)
+        return rel_err(out, ref)
+
+    return [("flash_kda   chunk_kda vs fp64 recurrence", 1e-2, case_flash_kda),
+            ("kda_decode  speculative steps vs token-by-token", 1e-2, case_kda_decode),
+            ("warp_decode MXFP4 MoE vs fp64 dequantized", 5e-3, case_warp_decode)]
 
 
 def compile_all(target: str) -> int:

@@ -10,7 +10,8 @@ only faithful if the code never diverges, so it checks what the codegen promises
 - global accesses stay inside the tensors passed (masked-off lanes must not touch memory) and are aligned;
 - no active thread reads a register (lane) that was never written.
 TMA copies, mbarriers and tensor-map parameters (mt.TensorDescriptor arguments) are simulated, with their
-ordering rules checked, by tests/ptx_sim_tma.py; ldmatrix, mma.sync and wgmma by tests/ptx_sim_mma.py.
+ordering rules checked, by tests/ptx_sim_tma.py; ldmatrix, mma.sync and wgmma by tests/ptx_sim_mma.py; cp.async
+and its groups (a read of a slot whose group was not waited for raises) by tests/ptx_sim_async.py.
 Arithmetic is IEEE where PTX is (`.rn` ops, cvt rounding modes); the `.approx` functions are computed exactly in
 float32 (the simulator checks data movement and indexing, not the hardware's approximation error).
 """
@@ -279,6 +280,11 @@ class CTA:
             from ptx_sim_mma import TensorCoreUnit
 
             self.tc = TensorCoreUnit(self)
+        self.cp_async = None  # cp.async groups (tests/ptx_sim_async.py)
+        if any(ins.opcode.startswith("cp.async") and not ins.opcode.startswith("cp.async.bulk") for ins in kernel.code):
+            from ptx_sim_async import AsyncCopyUnit
+
+            self.cp_async = AsyncCopyUnit(self)
 
     # -- operands
 
@@ -507,12 +513,17 @@ class CTA:
         self.tc.wgmma(mods, ops, mask)  # type: ignore[union-attr]
 
     def op_cp(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        if self.cp_async is not None and mods[:1] == ["async"] and mods[1:2] != ["bulk"]:
+            self.cp_async.cp(mods, ops, mask)
+            return
         self._tma_unit().cp(mods, ops, mask)
 
     def op_bar(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         if not np.all(mask):
             raise SimError("bar.sync not reached by every thread")
         self.smem.barrier()
+        if self.cp_async is not None:
+            self.cp_async.barrier()
 
     def op_shfl(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         mode = mods[1]
