@@ -26,6 +26,11 @@ COPY_BYTES = 16
 
 def lower_alloc_ring(ctx: KernelContext, op: Operation) -> None:
     t: TensorType = op.result.type  # type: ignore[assignment]
+    enc = t.encoding
+    if enc is not None and (enc.kind != "shared" or enc.get("swizzle", 0) != 0 or tuple(enc.get("order", (1, 0)))
+                            != (1, 0) or len(t.shape) != 3):
+        raise ctx.error(f"rings are laid out row-major and unswizzled (#mt.shared<{{swizzle = 0, order = [1, 0]}}>), "
+                        f"got {t}")
     name = f"mt_ring{sum(1 for d in ctx.shared_decls if 'mt_ring' in d)}"
     ctx.shared_decls.append(f".shared .align 128 .b8 {name}[{t.numel * t.scalar.bytes}];")  # type: ignore[union-attr]
     ctx.bind(op.result, [ctx.in_prologue(("ring", name), "b32", f"mov.u32 {{d}}, {name};")])

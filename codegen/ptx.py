@@ -14,8 +14,8 @@ Pointers are 64-bit global addresses (`cvta.to.global` on the parameter), TMA te
 .b8` parameters whose generic address (`cvta.param`) tma.py passes to TMA, masks predicates. Lowerings per op
 family: memory.py (vectorized ld / st / atom), layout_moves.py (register renaming or shared memory),
 reductions.py (shuffles + shared memory), dot.py (CUDA-core FMAs; tensor cores: mma.py, wgmma.py), tma.py
-(tensor descriptors: TMA copies + mbarrier). One shared-memory buffer, sized to the largest need, is reused by every
-lowering behind `bar.sync 0` fences.
+(tensor descriptors: TMA copies + mbarrier), async_copy.py (pipelining rings: cp.async + groups). One shared-memory
+buffer, sized to the largest need, is reused by every lowering behind `bar.sync 0` fences (rings have their own).
 
 Control flow: scf.for -> a header label, `setp` + `@p bra` to the exit, the body, the carried registers updated by
 a parallel move at the end, the induction variable stepped, a branch back; scf.if -> `@!p bra` around the branches,

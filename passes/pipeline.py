@@ -22,26 +22,33 @@ address 16-byte aligned), into (S = num_stages; iteration j's values written _j;
       ... the old body ...;  yield ..., mt.addptr %pf, %inc
   mt.async_wait {pending = 0}                                           epilogue: drain the last (empty) groups
 
+On IR with layouts the copies use a copy layout (blocked, 16 / element-size elements per thread along the rows, so
+each thread issues whole 16-byte cp.async): the initial pointers and increments are converted to it once, before
+the loop; the masks' index math is recomputed in it (a convert_layout only when it is not simple index math).
+
 Copies past the end of the loop are fully masked (they write zeros and read nothing), so every iteration commits
 exactly one group and the wait count is constant. Slot (i+S-1) % S is the one read in iteration i-1, so it is
 rewritten only after its last read (the codegen puts a barrier between a slot's reads and its next copy).
 
 num_stages: the func attr `num_stages` (the compiler sets it from the launch option, default 3), overridden by an
-int attr `num_stages` on the scf.for. With num_stages < 2, no candidate load, or a loop whose trip count is not
-positive-step, the loop stays unchanged.
+int attr `num_stages` on the scf.for. The rings live in static shared memory next to the codegen's scratch buffer:
+when S rings do not fit SMEM_BUDGET with an estimate of the scratch the loop's dots need, S is lowered (down to 2).
+With num_stages < 2, no candidate load, or no room for two stages, the loop stays unchanged.
 """
 from __future__ import annotations
 
 from minitriton.ir import Block, Module, Operation, Value
-from minitriton.ir.layouts import blocked_for_shape
+from minitriton.ir.layouts import blocked_for_shape, slice_of
 from minitriton.ir.ops import OPS
-from minitriton.ir.types import LayoutAttr, PointerType, ScalarType, TensorType, i1, layout, with_scalar
+from minitriton.ir.types import LayoutAttr, ScalarType, TensorType, i1, layout, with_scalar
 
 from .axis_info import AxisAnalysis
 from .dce import eliminate_dead_code
 from .registry import register_pass
 
 DEFAULT_STAGES = 3
+# Static shared memory of a kernel (codegen/context.py SMEM_LIMIT): the rings and the codegen's scratch buffer share it.
+SMEM_BUDGET = 48 * 1024
 COPY_BYTES = 16  # cp.async.cg copies 16 bytes
 STAGING_OPS = ("mt.convert_layout", "mt.local_alloc")
 
@@ -59,6 +66,7 @@ def pipeline_function(func: Operation) -> bool:
     """Pipeline the eligible loops of `func`; True when one changed."""
     default = int(func.attrs.get("num_stages", DEFAULT_STAGES))
     analysis = None
+    rings = 0  # bytes of the rings already placed in this kernel
     changed = False
     for loop in [op for op in func.walk() if op.name == "scf.for"]:
         stages = int(loop.attrs.get("num_stages", default))
@@ -67,10 +75,34 @@ def pipeline_function(func: Operation) -> bool:
         if analysis is None:
             analysis = AxisAnalysis(func)
         loads = [op for op in loop.regions[0].block.ops if _is_candidate(func, loop, op, analysis)]
-        if loads:
+        if not loads:
+            continue
+        per_stage = sum(_tile_bytes(load.result.type) for load in loads)  # type: ignore[arg-type]
+        while stages >= 2 and rings + stages * per_stage + _scratch_estimate(loop) > SMEM_BUDGET:
+            stages -= 1  # a shallower ring rather than none
+        if stages >= 2:
             _pipeline_loop(loop, loads, stages)
+            rings += stages * per_stage
             changed = True
     return changed
+
+
+def _tile_bytes(t: TensorType) -> int:
+    return t.numel * t.scalar.bytes  # type: ignore[union-attr]
+
+
+def _scratch_estimate(loop: Operation) -> int:
+    """The scratch shared memory the loop's dots are likely to need besides the rings (codegen's `smem`, reused by
+    every lowering): the larger of staging both operands (padded / 1024-aligned) and moving the f32 accumulator
+    between layouts (rows padded by 16 bytes)."""
+    need = 0
+    for op in loop.walk():
+        if op.name == "mt.dot":
+            a, b, acc = (v.type for v in op.operands[:3])
+            (m, k), n = a.shape, b.shape[1]  # type: ignore[union-attr]
+            operands = (m + 16) * k * a.scalar.bytes + (k + 16) * n * b.scalar.bytes + 1024  # type: ignore
+            need = max(need, operands, m * (n * acc.scalar.bytes + 16))  # type: ignore[union-attr]
+    return need
 
 
 # ---------------------------------------------------------------------------------------------- matching
@@ -229,13 +261,11 @@ class _Inserter:
         return env[v]
 
 
-def _ring_type(load: Operation, stages: int, func_users: list[tuple[Operation, int]]) -> TensorType:
+def _ring_type(load: Operation, stages: int) -> TensorType:
+    """tensor<S x tile>; with layouts, `#mt.shared<{swizzle = 0, order = [1, 0], stages = S}>`: slots row-major and
+    unswizzled, as codegen/async_copy.py lays them out."""
     t: TensorType = load.result.type  # type: ignore[assignment]
-    enc: LayoutAttr | None = None
-    if t.encoding is not None:  # keep the dot's shared layout when it has one, with the stage count
-        shared = [op.result.type.encoding for op, _ in func_users if op.name == "mt.local_alloc"]
-        base = shared[0] if shared else layout("shared", swizzle=0, order=[1, 0])
-        enc = LayoutAttr("shared", tuple(p for p in base.params if p[0] != "stages") + (("stages", stages),))
+    enc = None if t.encoding is None else layout("shared", swizzle=0, order=[1, 0], stages=stages)
     return TensorType((stages,) + tuple(t.shape), t.scalar, enc)
 
 
@@ -251,8 +281,7 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int) -> None
 
     rings, incs, encs, ptrs = [], [], [], []
     for load in loads:
-        rings.append(pre.value("mt.alloc_ring", [], _ring_type(load, stages, _users(func, load.result)),
-                               stages=stages))
+        rings.append(pre.value("mt.alloc_ring", [], _ring_type(load, stages), stages=stages))
         encs.append(copy_layout(load, num_warps))
         inc = pre.clone(body, _increment(body, load.operands[0]), {})  # type: ignore[arg-type]
         incs.append(_in_layout(pre, inc, encs[-1]))
@@ -261,13 +290,14 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int) -> None
 
     # prologue: iterations 0 .. S-2
     for j in range(stages - 1):
-        iv_j = pre.value("mt.add", [lb, pre.value("mt.mul", [pre.const(j, it), step], it)], it) if j else lb
+        slot = pre.const(j, it)  # also the iteration number
+        iv_j = pre.value("mt.add", [lb, pre.value("mt.mul", [slot, step], it)], it) if j else lb
         valid = pre.value("mt.cmp", [iv_j, ub], i1, predicate="lt")
         for n, load in enumerate(loads):
             if j:
                 ptrs[n] = pre.value("mt.addptr", [ptrs[n], incs[n]], ptrs[n].type)
             mask = _copy_mask(pre, body, load, iv_j, valid, encs[n])
-            pre.add("mt.async_copy", [rings[n], pre.const(j, it), ptrs[n], mask], [])
+            pre.add("mt.async_copy", [rings[n], slot, ptrs[n], mask], [])
         pre.add("mt.async_commit", [], [])
     first_prefetch = [pre.value("mt.addptr", [p, inc], p.type) for p, inc in zip(ptrs, incs)]
 
@@ -325,6 +355,50 @@ def _in_layout(ins: _Inserter, v: Value, enc: LayoutAttr | None) -> Value:
     return ins.value("mt.convert_layout", [v], v.type.with_encoding(enc))
 
 
+# Ops recomputed in the copy layout (a mask's index math) instead of converting their result through shared memory.
+_RELAYOUT_SAME = ("mt.and", "mt.or", "mt.cmp", "mt.add", "mt.sub", "mt.mul", "mt.broadcast")
+RELAYOUT_LIMIT = 24
+
+
+def _mask_in_layout(ins: _Inserter, mask: Value, enc: LayoutAttr | None) -> Value:
+    """The mask in the copy layout: its index math recomputed there when it is small and simple (no per-iteration
+    trip through shared memory), else a convert_layout."""
+    if enc is None or mask.type.encoding == enc:  # type: ignore[union-attr]
+        return mask
+    plan: list[tuple[Value, LayoutAttr]] = []
+    if _plan_relayout(mask, enc, plan, set()):
+        memo: dict[tuple[Value, LayoutAttr], Value] = {}
+        for v, want in plan:  # operands before users
+            op = v.defining_op
+            assert op is not None
+            operands = [memo[(o, _operand_layout(op, want))] if isinstance(o.type, TensorType) else o
+                        for o in op.operands]
+            memo[(v, want)] = ins.add(op.name, operands, [v.type.with_encoding(want)], **op.attrs).result
+        return memo[(mask, enc)]
+    return _in_layout(ins, mask, enc)
+
+
+def _operand_layout(op: Operation, want: LayoutAttr) -> LayoutAttr:
+    return slice_of(op.attrs["axis"], want) if op.name == "mt.expand_dims" else want
+
+
+def _plan_relayout(v: Value, want: LayoutAttr, plan: list, seen: set) -> bool:  # type: ignore[type-arg]
+    """Post-order list of (value, layout) to recompute; False when v's definition is not simple index math."""
+    if (v, want) in seen:
+        return True
+    op = v.defining_op
+    if op is None or op.regions or len(seen) >= RELAYOUT_LIMIT:
+        return False
+    if op.name not in _RELAYOUT_SAME + ("mt.splat", "mt.constant", "mt.arange", "mt.expand_dims"):
+        return False
+    for o in op.operands:
+        if isinstance(o.type, TensorType) and not _plan_relayout(o, _operand_layout(op, want), plan, seen):
+            return False
+    seen.add((v, want))
+    plan.append((v, want))
+    return True
+
+
 def _copy_mask(ins: _Inserter, body: _Body, load: Operation, iv: Value, valid: Value,
                enc: LayoutAttr | None) -> Value:
     """The load's mask at induction value `iv` in the copy layout, and'ed with `valid` (the iteration exists)."""
@@ -335,7 +409,7 @@ def _copy_mask(ins: _Inserter, body: _Body, load: Operation, iv: Value, valid: V
     live = ins.value("mt.splat", [valid], mask_t)
     if len(load.operands) < 2:
         return live
-    mask = _in_layout(ins, ins.clone(body, load.operands[1], {body.iv: iv}), enc)
+    mask = _mask_in_layout(ins, ins.clone(body, load.operands[1], {body.iv: iv}), enc)
     return ins.value("mt.and", [mask, live], mask_t)
 
 
