@@ -22,7 +22,7 @@ from minitriton.errors import CompilationError
 from minitriton.ir import Block, Builder, Location, Module, Operation, Region, function_body, make_function
 from minitriton.ir.types import PointerType, ScalarType, TensorDescType, Type, i1, i32, i64
 
-from .semantic import Number, Semantic, TileValue, describe, python_constant_type, weak_type
+from .semantic import Number, Semantic, TileValue, describe, promote_scalars, python_constant_type, weak_type
 from .source import FunctionSource, InlineFunction, function_source
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
@@ -373,10 +373,8 @@ class KernelCompiler:
             t, c = (x, y) if isinstance(x, TileValue) else (y, x)
             if isinstance(t.dtype, PointerType):
                 raise CompilationError(f"variable '{name}' is a pointer on one path and {c!r} on the other")
-            return t.type if not t.is_tile else t.type  # a constant splats to the tile's type
-        tx, ty = python_constant_type(x), python_constant_type(y)
-        from .semantic import promote_scalars
-        return promote_scalars(tx, ty)
+            return t.type  # the constant takes the value's type (a tile's constant is splat)
+        return promote_scalars(python_constant_type(x), python_constant_type(y))
 
     def materialize(self, v: Any, ty: Type, block: Block) -> TileValue:
         if isinstance(v, TileValue):
@@ -515,7 +513,6 @@ class KernelCompiler:
         return inits, [v.type for v in inits]
 
     def promote_carried(self, name: str, t: Type, out: Type) -> Type:
-        from .semantic import promote_scalars
         if out.is_tensor:
             return out  # e.g. acc = 0.0 before the loop, a tile after one iteration: the constant splats
         if isinstance(out, ScalarType) and isinstance(t, ScalarType):

@@ -90,7 +90,7 @@ def python_constant_type(c: Any) -> ScalarType:
 def weak_type(c: Any, other: ScalarType) -> ScalarType:
     """The type a Python constant takes next to a value of type `other`."""
     if isinstance(c, bool):
-        return other if not other.is_float else other
+        return other
     if isinstance(c, int):
         if other.is_float:
             return other
