@@ -36,11 +36,13 @@ def interpreted(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
 # the H200 (2026-11-29; compute-sanitizer points at the TMA load, tma_to_pointers+0x320) and poisons the CUDA context
 # for every later test, so those cases are skipped until the cause is found (the interpreter and the PTX simulator
 # zero-fill / clip them; see docs/tma.md). Boxes inside the tensor pass.
-EDGE = pytest.mark.skip(reason="TMA boxes crossing a tensor edge fault on the H200 (open, see docs/tma.md)")
+# MINITRITON_TMA_ALL=1 runs them anyway (tools/tma_isolated.sh runs every case in its own process for that).
+_RUN_ALL = os.environ.get("MINITRITON_TMA_ALL") == "1"
+EDGE = pytest.mark.skipif(not _RUN_ALL, reason="TMA boxes crossing a tensor edge fault on the H200 (open, see docs/tma.md)")
 NEGATIVE = EDGE
 # Beyond in-bounds loads, the third run that day still faulted in the store / loop / example tests (after the 13 that
 # pass), with the CUDA context poisoned from the first failure on: skipped until the TMA lowering is debugged.
-UNVERIFIED = pytest.mark.skip(reason="faults on the H200 after in-bounds loads pass (open, see docs/tma.md)")
+UNVERIFIED = pytest.mark.skipif(not _RUN_ALL, reason="faults on the H200 after in-bounds loads pass (open, see docs/tma.md)")
 
 
 @pytest.mark.parametrize("dtype,block", [("bf16", (64, 64)), ("f32", (32, 32)), ("bf16", (64, 32)),

@@ -34,6 +34,24 @@ def softmax_kernel(x_ptr, out_ptr, n_cols, stride_x, stride_out, BLOCK: mt.const
             mt.store(out_row + start + cols, mt.exp(x - m) * inv, mask=mask)
 
 
+@mt.kernel
+def softmax_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, BLOCK: mt.constexpr):
+    """Rows pid, pid + P, pid + 2P, ... of a grid of P programs, each row in one block. The next row's load is
+    issued before this row's two reductions, so every program keeps a row in flight while it computes."""
+    cols = mt.arange(0, BLOCK)
+    mask = cols < n_cols
+    step = mt.num_programs(0)
+    first = mt.program_id(0)
+    x = mt.load(x_ptr + first * stride_x + cols, mask=mask & (first < n_rows), other=float("-inf"))
+    for row in range(first, n_rows, step):
+        following = row + step
+        x_next = mt.load(x_ptr + following * stride_x + cols, mask=mask & (following < n_rows), other=float("-inf"))
+        xf = x.to(mt.float32)
+        e = mt.exp(xf - mt.max(xf, axis=0))
+        mt.store(out_ptr + row * stride_out + cols, e * (1.0 / mt.sum(e, axis=0)), mask=mask)
+        x = x_next
+
+
 softmax_kernel.specialize(signature="x_ptr:*bf16:16,out_ptr:*bf16:16,n_cols:i32:16,stride_x:i32:16,stride_out:i32:16",
                           BLOCK=8192, ONE_BLOCK=True, num_warps=8)
 softmax_kernel.specialize(signature="x_ptr:*fp32:16,out_ptr:*fp32:16,n_cols:i32,stride_x:i32:16,stride_out:i32:16",
