@@ -1107,8 +1107,9 @@ def copy(x, out, n, BLOCK: mt.constexpr):
 
 
 def test_second_process_launches_from_the_cache(tmp_path: Path, driver: FakeDriver, compiles: list) -> None:
-    """A process that finds its kernel in the disk cache launches without compiling; time to first launch with a
-    mock driver (so no CUDA context) must stay well under 5 ms."""
+    """A process that finds its kernel in the disk cache launches without compiling (the script fails if the
+    compiler runs). The time to first launch is printed, not asserted (timings do not belong in tests; the H200
+    figure is in BENCHMARKS.md, from tools/cache_first_launch.py)."""
     folder = tmp_path / "src"
     folder.mkdir()
     (folder / "kernel_file.py").write_text(KERNEL_FILE)
@@ -1127,7 +1128,6 @@ def test_second_process_launches_from_the_cache(tmp_path: Path, driver: FakeDriv
         assert proc.returncode == 0, proc.stderr
         times.append(float(proc.stdout.strip().splitlines()[-1]))
     print(f"\ntime to first launch from the disk cache: {min(times):.2f} ms (runs: {times})")
-    assert min(times) < 5.0
 
 
 # --------------------------------------------------------------------------------------- interpret mode

@@ -9,6 +9,11 @@ tensor's first element in the run's Memory, the global shape and strides in elem
     mt.descriptor_store  writes the box's elements that lie inside the tensor and drops the others (TMA clips)
 
 Coordinates are the op's i32 operands, outermost dim first (the PTX lowering reverses them for TMA).
+
+Two rules the H200 enforces by faulting the kernel ("illegal instruction", context lost; measured 2026-11-29 with
+every case of tests/test_tma_gpu.py in its own process, tools/tma_isolated.sh) are errors here, so they show up on
+the CPU with the kernel line instead: the innermost coordinate must be a multiple of 16 bytes (coordinate x element
+size: e.g. 8 bf16 columns), and a store's box must not start before the tensor (negative coordinates; loads may).
 """
 from __future__ import annotations
 
@@ -67,13 +72,29 @@ def box(desc: Descriptor, block: tuple[int, ...], coords: list[int]) -> tuple[np
     return desc.base + offsets * desc.element.bytes, inside
 
 
+TMA_ALIGN_BYTES = 16
+
+
+def check_coordinates(op: Operation, element: ScalarType, coords: list[int], store: bool) -> None:
+    """The hardware's rules for box coordinates (see the module docstring); InterpreterError at the op's line."""
+    if (coords[-1] * element.bytes) % TMA_ALIGN_BYTES:
+        raise InterpreterError(f"{op.name}: the innermost coordinate ({coords[-1]}) times the element size "
+                               f"({element.bytes} bytes) must be a multiple of {TMA_ALIGN_BYTES} bytes (the TMA unit "
+                               f"faults otherwise); got coordinates {coords}", op.loc)
+    if store and min(coords) < 0:
+        raise InterpreterError(f"{op.name}: a TMA store box must not start before the tensor (the TMA unit faults "
+                               f"on negative store coordinates); got coordinates {coords}", op.loc)
+
+
 def build_descriptor_load(op: Operation, use: SlotOf, define: SlotOf) -> Step:
     t: TensorDescType = op.operands[0].type  # type: ignore[assignment]
     block, s, loc = t.block_shape, t.element, op.loc
     desc, coords, out = use(op.operands[0]), [use(v) for v in op.operands[1:]], define(op.result)
 
     def descriptor_load(env: list, ctx: Any) -> None:
-        addrs, inside = box(env[desc], block, [int(env[c]) for c in coords])
+        at = [int(env[c]) for c in coords]
+        check_coordinates(op, s, at, store=False)
+        addrs, inside = box(env[desc], block, at)
         raw = ctx.memory.gather(addrs.reshape(-1), inside.reshape(-1), s, op.name, loc, block)
         env[out] = from_raw(raw, s).reshape(block)  # lanes outside the tensor read as 0: TMA's zero fill
 
@@ -86,7 +107,9 @@ def build_descriptor_store(op: Operation, use: SlotOf, define: SlotOf) -> Step:
     desc, coords, val = use(op.operands[0]), [use(v) for v in op.operands[1:-1]], use(op.operands[-1])
 
     def descriptor_store(env: list, ctx: Any) -> None:
-        addrs, inside = box(env[desc], block, [int(env[c]) for c in coords])
+        at = [int(env[c]) for c in coords]
+        check_coordinates(op, s, at, store=True)
+        addrs, inside = box(env[desc], block, at)
         raw = np.asarray(to_raw(env[val], s)).reshape(-1)
         ctx.memory.scatter(addrs.reshape(-1), inside.reshape(-1), raw, s, op.name, loc, block)
 

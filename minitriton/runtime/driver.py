@@ -17,7 +17,9 @@ The interface (what launcher.py, binder.py and jit.py call):
 The launch hot path calls current_device, current_stream and launch at every launch: `HOT` holds the active driver
 with those bound once, plus its `streams` mapping (set_driver and get_driver keep it current), so a launch reads
 them with one list unpack instead of attribute lookups. The real driver binds them to C functions (torch's device
-and raw-stream getters, cuda-bindings' cuLaunchKernel) and maps raw handles to cached CUstream objects with a dict
+and raw-stream getters, and cuLaunchKernel through runtime/c_launch.py, a small C extension built on first use, which
+takes function and stream handles as ints: 2 us per launch less than cuda-bindings' wrapper on the H200). Without a
+C compiler it falls back to cuda-bindings' cuLaunchKernel and maps raw handles to cached CUstream objects with a dict
 (a hit is a C-level lookup; cuLaunchKernel converts a CUstream ~40 ns faster than an int), so no Python code runs.
 """
 from __future__ import annotations
@@ -76,6 +78,27 @@ class CudaDriver:
         self.streams = StreamObjects(cu.CUstream)
         self._modules: list[Any] = []  # keeps every loaded module alive as long as the driver
         self._check(cu.cuInit(0), "cuInit")
+        # Handles as ints -> cuda-bindings objects, for the calls other than launch (c_launch takes ints).
+        self._functions: dict[int, Any] = {}
+        self.c_launch = self._use_c_launch()
+
+    def _use_c_launch(self) -> bool:
+        """Launch through runtime/c_launch.py (ints for function and stream handles) when it builds here."""
+        import ctypes
+
+        from . import c_launch
+
+        fast = c_launch.load()
+        if fast is None:
+            return False
+        try:
+            address = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernel, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            return False
+        fast.bind(address)
+        self.launch = fast.launch
+        self.streams = StreamObjects(lambda raw: raw)  # raw handles as they are (a dict hit, no Python code)
+        return True
 
     def _check(self, result: tuple, what: str) -> Any:
         err, *rest = result
@@ -85,6 +108,7 @@ class CudaDriver:
 
     def error_message(self, err: Any) -> str:
         cu = self.cu
+        err = cu.CUresult(err) if isinstance(err, int) else err  # c_launch returns plain ints
         _, name = cu.cuGetErrorName(err)
         _, text = cu.cuGetErrorString(err)
         name = name.decode() if isinstance(name, bytes) else str(name)
@@ -110,11 +134,15 @@ class CudaDriver:
         what = "cuModuleLoadData(cubin)" if isinstance(image, bytes) else "cuModuleLoadData(PTX, driver JIT)"
         module = self._check(self.cu.cuModuleLoadData(data), f"{what} for kernel '{name}'")
         self._modules.append(module)
-        return self._check(self.cu.cuModuleGetFunction(module, name.encode()),
-                           f"cuModuleGetFunction('{name}')")
+        fn = self._check(self.cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction('{name}')")
+        if not self.c_launch:
+            return fn
+        self._functions[int(fn)] = fn
+        return int(fn)
 
     def set_max_dynamic_shared(self, fn: Any, nbytes: int) -> None:
         attr = self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        fn = self._functions.get(fn, fn) if isinstance(fn, int) else fn
         self._check(self.cu.cuFuncSetAttribute(fn, attr, nbytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE)")
 
     def max_shared_per_block(self, device: int) -> int:
@@ -123,7 +151,7 @@ class CudaDriver:
         return int(self._check(self.cu.cuDeviceGetAttribute(attr, dev), "cuDeviceGetAttribute"))
 
     def is_invalid_context(self, err: Any) -> bool:
-        return err == self.cu.CUresult.CUDA_ERROR_INVALID_CONTEXT
+        return int(err) == int(self.cu.CUresult.CUDA_ERROR_INVALID_CONTEXT)
 
 
 def stream_for(driver: Any, device: int) -> Any:
