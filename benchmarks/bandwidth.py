@@ -11,7 +11,8 @@ torch  x + y, torch.softmax, an eager RMSNorm (add, float, pow, mean, rsqrt, mul
 Times are medians of do_bench (L2 flushed before each call). Effective bandwidth = (bytes read + bytes written) /
 time, with the minimum traffic: vector add 3 x 4n, softmax 2 x 2RC, RMSNorm 4 x 2RC + 2C. The floor is the time a
 device-to-device copy of that many bytes takes at the copy bandwidth measured in the same run, so floor/ours is
-our fraction of copy bandwidth; triton/ours is our bandwidth over Triton's (> 1: we are faster).
+our fraction of copy bandwidth; triton/ours is our bandwidth over Triton's (> 1: we are faster). The notes also
+give a copy of the same number of bytes timed like the kernels (one call of that size, ramp and tail included).
 Before timing, every implementation is checked against a reference (fp32 add exactly; softmax and RMSNorm against
 float64 math rounded to bf16, within bf16 tolerance), so a broken kernel cannot post a fast time.
 
@@ -128,6 +129,16 @@ def cases(peers: Any, device: str = "cuda", elements: int = VECTOR_ELEMENTS, row
     return [add, soft, norm]
 
 
+def same_size_copy_us(nbytes: int) -> float:
+    """A device-to-device copy moving `nbytes` (read + written) timed as the kernels are: the achievable floor at
+    this size, which sits above nbytes / (the 1 GiB copy bandwidth) by the launch, ramp-up and tail of one call."""
+    import torch
+
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    return do_bench(lambda: dst.copy_(src)) * 1e3
+
+
 def _triton_peers() -> Any:
     try:
         from . import triton_peers
@@ -154,4 +165,5 @@ def run() -> Table:
             peer_times[name] = do_bench(fn) * 1e3
         table.nbytes[case.name] = case.nbytes
         table.add(case.name, case.shape, ours, peer_times, floor=case.nbytes / bandwidth * 1e6)
+        table.notes[f"{case.name}: same-size copy (us)"] = same_size_copy_us(case.nbytes)
     return table
