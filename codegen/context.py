@@ -29,6 +29,7 @@ class KernelContext:
         self.func = func
         self.name: str = func.attrs["sym_name"]
         self.num_warps = int(func.attrs.get("num_warps", 4))
+        self.min_blocks_per_sm = int(func.attrs.get("min_blocks_per_sm", 0))
         self.regs = RegisterFile()
         self.body: list[str] = []
         self.prologue: list[str] = []

@@ -93,15 +93,19 @@ def _assemble(ctx: KernelContext, params: list[str], param_code: list[str]) -> s
         escaped = path.replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'.file {index} "{escaped}"')
     lines.append("")
+    module_scope = [d for d in ctx.shared_decls if d.startswith(".extern")]  # dynamic shared memory (rings)
+    lines += module_scope + ([""] if module_scope else [])
     lines.append(f".visible .entry {ctx.name}(")
     lines.append(",\n".join(f"  {p}" for p in params))
     lines.append(")")
     lines.append(f".maxntid {ctx.num_warps * 32}, 1, 1")
+    if ctx.min_blocks_per_sm:  # __launch_bounds__' second number: ptxas caps registers so N programs fit an SM
+        lines.append(f".minnctapersm {ctx.min_blocks_per_sm}")
     lines.append("{")
     lines += [f"  {d}" for d in ctx.regs.declarations()]
     if ctx.smem_bytes:
         lines.append(f"  .shared .align {ctx.smem_align} .b8 smem[{(ctx.smem_bytes + 15) // 16 * 16}];")
-    lines += [f"  {d}" for d in ctx.shared_decls]
+    lines += [f"  {d}" for d in ctx.shared_decls if not d.startswith(".extern")]
     lines += param_code + ctx.prologue + ctx.body
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -301,6 +305,7 @@ LOWERINGS: dict[str, Lowering] = {
     "mt.alloc_ring": async_copy.lower_alloc_ring, "mt.async_copy": async_copy.lower_async_copy,
     "mt.async_commit": async_copy.lower_async_commit, "mt.async_wait": async_copy.lower_async_wait,
     "mt.local_load": async_copy.lower_local_load,
+    "mt.ring_slot": async_copy.lower_ring_slot, "mt.dot_wait": wgmma.lower_dot_wait,
     "mt.descriptor_load": tma.lower_descriptor_load, "mt.descriptor_store": tma.lower_descriptor_store,
 }
 for _name in elementwise.LOWERINGS:

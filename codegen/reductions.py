@@ -4,7 +4,8 @@ The layout (layouts.py) spreads the axis over three levels: registers of one thr
 bits from `lane_shift`, of which `distinct_lanes` hold different elements), and warps (`distinct_warps`). Both ops
 work level by level:
 
-reduce  1. each thread combines its registers that differ only along the axis;
+reduce  1. each thread combines its registers that differ only along the axis, in one chain (f32 sums may contract
+           with the products feeding them into fmas);
         2. `shfl.sync.bfly.b32` over the axis' lane bits (every lane ends with the warp's result);
         3. if several warps hold the axis: lane 0 of each writes its partial to shared memory, `bar.sync`, and
            every thread combines all warps' partials in warp order. Every thread that holds a result element ends
@@ -44,17 +45,20 @@ class Combiner:
             self.sfx = int_suffix(t)
             self.cls = "b64" if t.bits == 64 else "b32"
 
-    def __call__(self, a: str, b: str) -> str:
+    def __call__(self, a: str, b: str, contract: bool = False) -> str:
         d = self.ctx.new(self.cls)
         op = {"sum": "add", "max": "max", "min": "min"}[self.kind]
-        rn = ".rn" if op == "add" and self.sfx.startswith("f") else ""
+        rn = ".rn" if op == "add" and self.sfx.startswith("f") and not (contract and self.sfx == "f32") else ""
         self.ctx.emit(f"{op}{rn}.{self.sfx} {d}, {a}, {b};")
         return d
 
-    def fold(self, values: list[str]) -> str:
+    def fold(self, values: list[str], contract: bool = False) -> str:
+        """Combine in order, one chain. contract: an f32 sum uses `add.f32` (no rounding modifier), so ptxas may
+        fuse each add with the multiply producing its operand into one fma (a dot product becomes an fma chain),
+        as the elementwise f32 ops allow (codegen/elementwise.py)."""
         acc = values[0]
         for v in values[1:]:
-            acc = self(acc, v)
+            acc = self(acc, v, contract)
         return acc
 
     def identity(self) -> str:
@@ -136,7 +140,7 @@ def lower_reduce(ctx: KernelContext, op: Operation) -> None:
     keys = list(res_map.reg_offsets) if res_map is not None else [()]
     if set(keys) != set(groups):
         raise ctx.error("the result layout is not the slice of the operand's")
-    partial = {k: comb.fold([v for _, v in sorted(groups[k])]) for k in keys}  # 1. in the thread
+    partial = {k: comb.fold([v for _, v in sorted(groups[k])], contract=True) for k in keys}  # 1. in the thread
     dm = tmap.dims[axis]
     for i in range(log2(dm.distinct_lanes)):  # 2. across lanes
         mask = 1 << (dm.lane_shift + i)

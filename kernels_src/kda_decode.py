@@ -38,7 +38,15 @@ Layouts (all contiguous; C = 2*H*K + H*V conv channels, ordered q | k | v as vLL
 
 Numerics: everything after the loads is fp32; the state stays fp32. Per token, with decay a = exp(g) and the state as
 rows S[v, :] (V-first):  u = beta * (v - S (a*k));  o = S (a*q) + u (k.q);  S <- S*a + u k^T.  This is the fla
-recurrence (decay, delta rule on the decayed state, o = S^T q) regrouped so S is read once for both matvecs.
+recurrence (decay, delta rule on the decayed state, o = S^T q) regrouped so S is read once for both matvecs; the
+L2 norms of q and k are applied to the matvecs' [V] results rather than to the K vectors. The decay is deferred: the
+kernel keeps S_true = S * D[None, :] with a running column scale D (E = 1/D), so a token costs one fma per state
+element for the update (S += u (E'*k)^T) instead of a multiply and an fma; D is folded back into S after each run
+of `renorm_every` = 40 / |lower_bound| tokens (D >= e^-40) and after the bonus token, whose state is stored.
+
+Register tile: the state is held as [KJ, V, KL, KV] (k = (j*KL + l)*KV + v; KV = 4 fp32 = one 16-byte vector,
+KL = 8 lanes per row, `state_k_split`). Only the last axis is contiguous, so the coalesced layout puts a state row in
+8 lanes of one warp: reductions over K are in-thread fmas plus 3 shuffles, with no shared memory.
 See docs/kernels/kda_decode.md.
 """
 from __future__ import annotations
@@ -51,49 +59,129 @@ import minitriton as mt
 
 CONV_WIDTH = 4  # short causal conv taps; the conv window state keeps CONV_WIDTH - 1 = 3 past inputs
 QK_NORM_EPS = 1e-6  # fla l2norm: x / sqrt(sum(x^2) + 1e-6)
+# Lanes of a warp that share one state row (the rest of the row is in registers): a reduction over K then costs
+# log2(8) = 3 shuffles per row held, and 4 lanes x 8 warps cover 32 rows per register run (docs/kernels/kda_decode.md)
+STATE_K_LANES = 8
+# The deferred decay's column scale D may fall to e^-40 before it is folded back into the state: 1 / D <= 2.4e17
+# keeps the stored state far from the fp32 range, and D far from the subnormals that ex2.approx.ftz flushes.
+MAX_DEFERRED_LOG_DECAY = 40.0
 
 
 # ---------------------------------------------------------------------------------------------- kernel pieces
 
 
 @mt.func
-def _short_conv_silu(c0, c1, c2, x, w0, w1, w2, w3):
-    """Depthwise causal conv over the window (c0, c1, c2 oldest first, x the current input), then SiLU."""
-    y = w0 * c0 + w1 * c1 + w2 * c2 + w3 * x
-    return y * mt.sigmoid(y)
+def _sigmoid(x):
+    """1 / (1 + e^-x) as rsqrt(1 + e^-x)^2: two MUFU-class instructions and a multiply (relative error ~2^-22),
+    where mt.sigmoid's IEEE rcp.rn costs a slow-path call site per element. e^-x = inf gives 0, as it should."""
+    r = mt.rsqrt(1.0 + mt.exp(-x))
+    return r * r
 
 
 @mt.func
-def _l2_normalize(x):
-    return x * mt.rsqrt(mt.sum(x * x, axis=0) + QK_NORM_EPS)
+def _short_conv_silu(c0, c1, c2, x, taps):
+    """Depthwise causal conv over the window (c0, c1, c2 oldest first, x the current input), then SiLU; `taps`
+    points at the channels' 4 taps (tap 3 multiplies the current input)."""
+    y = mt.load(taps + 0) * c0 + mt.load(taps + 1) * c1 + mt.load(taps + 2) * c2 + mt.load(taps + 3) * x
+    return y * _sigmoid(y)
 
 
 @mt.func
-def _decay(f, dt_bias, a_coef, lower_bound):
-    """exp(g) with the floored gate g = lower_bound * sigmoid(exp(A_log) * (f + dt_bias)), in (e^lower_bound, 1)."""
-    return mt.exp(lower_bound * mt.sigmoid(a_coef * (f + dt_bias)))
+def _log_decay(f, dt_bias, a_coef, lower_bound):
+    """The floored gate g = lower_bound * sigmoid(exp(A_log) * (f + dt_bias)), in (lower_bound, 0): decay = e^g."""
+    return lower_bound * _sigmoid(a_coef * (f + dt_bias))
 
 
 @mt.func
-def _delta_update(S, k, v, decay, beta):
-    """S <- S*decay + u k^T with u = beta (v - S (decay*k)); S is a [V, K] tile (rows are values)."""
-    u = beta * (v - mt.sum(S * (decay * k)[None, :], axis=1))
-    return S * decay[None, :] + u[:, None] * k[None, :]
+def _state_cols(x, KJ: mt.constexpr, KL: mt.constexpr, KV: mt.constexpr):
+    """A [K] vector as the K axes of the state tile: [KJ, 1, KL, KV] with k = (j * KL + l) * KV + v."""
+    return mt.expand_dims(x.reshape((KJ, KL, KV)), 1)
 
 
 @mt.func
-def _delta_update_with_output(S, q, k, v, decay, beta):
-    """The update of `_delta_update` plus o = S_new q, computed from the old S in the same pass:
-    o = S (decay*q) + u (k.q)."""
-    u = beta * (v - mt.sum(S * (decay * k)[None, :], axis=1))
-    o = mt.sum(S * (decay * q)[None, :], axis=1) + u * mt.sum(k * q, axis=0)
-    return S * decay[None, :] + u[:, None] * k[None, :], o
+def _sum_k(x):
+    """Sum over the K axes (0, 2, 3) of a [KJ, R, KL, KV] tile: registers first, then lanes -> [R]."""
+    return mt.sum(mt.sum(mt.sum(x, axis=3), axis=0), axis=1)
+
+
+@mt.func
+def _sum_cols(x):
+    """The sum of a [KJ, 1, KL, KV] K vector, a scalar (in-thread adds, then shuffles within one warp)."""
+    return mt.sum(_sum_k(x), axis=0)
+
+
+@mt.func
+def _inv_norm(x):
+    """1 / sqrt(sum(x^2) + eps) of a [KJ, 1, KL, KV] K vector: fla's l2norm is x times this."""
+    return mt.rsqrt(_sum_cols(x * x) + QK_NORM_EPS)
+
+
+@mt.func
+def _delta_update(S, D, E, k, v, g, beta, KJ: mt.constexpr, KL: mt.constexpr, KV: mt.constexpr):
+    """One token of the recurrence on the state in deferred-decay form (see `kda_decode_step_kernel`): the true
+    state is S * D[None, :] (D a running column scale, E = 1 / D). With Dn = D e^g, En = E e^-g:
+    u = beta (v - S (Dn*k)) = beta (v - S_true (decay*k)) and S_true' = S_true*decay + u k^T is S' = S + u (En*k)^T
+    under the scale Dn, one fma per state element instead of a multiply and an fma. k comes un-normalized: 1/|k|
+    is applied to the [V] results. S is [KJ, V, KL, KV]; D, E, k, g are [K]; v is [V]. Returns (S', Dn, En)."""
+    dn = D * mt.exp(g)
+    en = E * mt.exp(-g)
+    rk = _inv_norm(_state_cols(k, KJ, KL, KV))
+    u = beta * (v - rk * _sum_k(S * _state_cols(dn * k, KJ, KL, KV)))
+    return S + (u * rk)[None, :, None, None] * _state_cols(en * k, KJ, KL, KV), dn, en
+
+
+@mt.func
+def _delta_update_with_output(S, D, E, q, k, v, g, beta, KJ: mt.constexpr, KL: mt.constexpr,
+                              KV: mt.constexpr):
+    """The update of `_delta_update` plus o = S_true' q^ (q^ = q / |q|; the caller applies the scale), computed
+    from the old state in the same pass: o = S_true (decay*q^) + u (k^.q^) = S (Dn*q) / |q| + u (k^.q^)."""
+    dn = D * mt.exp(g)
+    en = E * mt.exp(-g)
+    k4 = _state_cols(k, KJ, KL, KV)
+    q4 = _state_cols(q, KJ, KL, KV)
+    rk = _inv_norm(k4)
+    rq = _inv_norm(q4)
+    u = beta * (v - rk * _sum_k(S * _state_cols(dn * k, KJ, KL, KV)))
+    o = rq * _sum_k(S * _state_cols(dn * q, KJ, KL, KV)) + u * (rk * rq * _sum_cols(k4 * q4))
+    return S + (u * rk)[None, :, None, None] * _state_cols(en * k, KJ, KL, KV), dn, en, o
 
 
 @mt.func
 def _gated_rms_norm(o, gate, weight, eps, V):
     """Head-wise RMSNorm over the V values of o, times the norm weight, times sigmoid(output gate)."""
-    return o * mt.rsqrt(mt.sum(o * o, axis=0) / V + eps) * weight * mt.sigmoid(gate)
+    return o * mt.rsqrt(mt.sum(o * o, axis=0) / V + eps) * weight * _sigmoid(gate)
+
+
+@mt.func
+def _renormalize(S, D, KJ: mt.constexpr, KL: mt.constexpr, KV: mt.constexpr):
+    """Fold the deferred decay's column scale into the state: (S * D[None, :], D = 1, E = 1)."""
+    ones = mt.full(D.shape, 1.0, mt.float32)
+    return S * _state_cols(D, KJ, KL, KV), ones, ones
+
+
+@mt.func
+def _new_token(q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr, conv_w_ptr, tok, S, D, E,
+               cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, ch_q, ch_k, ch_v, offs_k, offs_v, dt_bias, a_coef, norm_w,
+               scale, lower_bound, norm_eps, K: mt.constexpr, V: mt.constexpr, KJ: mt.constexpr, KL: mt.constexpr,
+               KV: mt.constexpr):
+    """One new token (row `tok` of the [B*T*H] token-heads): conv, gate, recurrence, gated RMSNorm -> o[tok].
+    Returns the state, the shifted conv windows and the token's raw inputs (a draft's go to the draft cache)."""
+    raw_q = mt.load(q_ptr + tok * K + offs_k)
+    raw_k = mt.load(k_ptr + tok * K + offs_k)
+    raw_v = mt.load(v_ptr + tok * V + offs_v)
+    raw_f = mt.load(f_ptr + tok * K + offs_k)
+    raw_b = mt.load(beta_ptr + tok)
+    xq = raw_q.to(mt.float32)
+    xk = raw_k.to(mt.float32)
+    xv = raw_v.to(mt.float32)
+    qq = _short_conv_silu(cq0, cq1, cq2, xq, conv_w_ptr + ch_q * 4)
+    kk = _short_conv_silu(ck0, ck1, ck2, xk, conv_w_ptr + ch_k * 4)
+    vv = _short_conv_silu(cv0, cv1, cv2, xv, conv_w_ptr + ch_v * 4)
+    g = _log_decay(raw_f.to(mt.float32), dt_bias, a_coef, lower_bound)
+    S, D, E, o = _delta_update_with_output(S, D, E, qq, kk, vv, g, _sigmoid(raw_b.to(mt.float32)), KJ, KL, KV)
+    gate = mt.load(gate_ptr + tok * V + offs_v).to(mt.float32)
+    mt.store(o_ptr + tok * V + offs_v, _gated_rms_norm(o * scale, gate, norm_w, norm_eps, V))
+    return S, D, E, cq1, cq2, xq, ck1, ck2, xk, cv1, cv2, xv, raw_q, raw_k, raw_v, raw_f, raw_b
 
 
 @mt.kernel
@@ -101,13 +189,15 @@ def kda_decode_step_kernel(
         q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
         state_ptr, conv_state_ptr, draft_proj_ptr, draft_beta_ptr, state_idx_ptr, num_accepted_ptr,
         conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
-        scale, lower_bound, norm_eps,
-        H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr):
+        scale, lower_bound, norm_eps, renorm_every,
+        H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
+        KL: mt.constexpr, KV: mt.constexpr):
     h = mt.program_id(0)
     b = mt.program_id(1)
     T = NUM_DRAFTS + 1
     C = 2 * H * K + H * V  # conv channels: q | k | v
     ROW = 3 * K + V  # one draft row in the cache: q | k | v | f
+    KJ = K // (KL * KV)  # the state's K axis as [KJ, KL, KV]: registers x lanes x 16-byte vectors
     slot = mt.load(state_idx_ptr + b)
     if slot >= 0:  # -1: a padding row, nothing read or written
         slot64 = slot.to(mt.int64)
@@ -118,27 +208,25 @@ def kda_decode_step_kernel(
         ch_k = H * K + h * K + offs_k
         ch_v = 2 * H * K + h * V + offs_v
 
-        # per-head parameters
-        wq0 = mt.load(conv_w_ptr + ch_q * 4 + 0)
-        wq1 = mt.load(conv_w_ptr + ch_q * 4 + 1)
-        wq2 = mt.load(conv_w_ptr + ch_q * 4 + 2)
-        wq3 = mt.load(conv_w_ptr + ch_q * 4 + 3)
-        wk0 = mt.load(conv_w_ptr + ch_k * 4 + 0)
-        wk1 = mt.load(conv_w_ptr + ch_k * 4 + 1)
-        wk2 = mt.load(conv_w_ptr + ch_k * 4 + 2)
-        wk3 = mt.load(conv_w_ptr + ch_k * 4 + 3)
-        wv0 = mt.load(conv_w_ptr + ch_v * 4 + 0)
-        wv1 = mt.load(conv_w_ptr + ch_v * 4 + 1)
-        wv2 = mt.load(conv_w_ptr + ch_v * 4 + 2)
-        wv3 = mt.load(conv_w_ptr + ch_v * 4 + 3)
+        # per-head parameters (the conv taps are re-read per token from L1 / L2 instead: they would hold 12 more
+        # vectors in registers through both loops)
         dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
         a_coef = mt.exp(mt.load(a_log_ptr + h))
         norm_w = mt.load(o_norm_w_ptr + offs_v)
 
-        # committed state (after the previous step's bonus token): read once
+        # committed state (after the previous step's bonus token): read once, as [KJ, V, KL, KV] so that a row's
+        # K values sit in one warp (KL lanes x KJ*KV registers) and move as 16-byte vectors
+        offs_k3 = ((mt.arange(0, KJ)[:, None, None] * KL + mt.arange(0, KL)[None, :, None]) * KV
+                   + mt.arange(0, KV)[None, None, :])
         state_base = state_ptr + (slot64 * H + h) * (V * K)
-        state_offs = offs_v[:, None] * K + offs_k[None, :]
+        state_offs = offs_v[None, :, None, None] * K + offs_k3[:, None, :, :]
         S = mt.load(state_base + state_offs)
+        # deferred decay: the true state is S * D[None, :]; D shrinks by the decay every token, E = 1 / D grows.
+        # Folding D back into S (`_renormalize`) after every run of `renorm_every` tokens keeps D >= e^-40 (host:
+        # 40 / |lower_bound| tokens), and after the bonus token, whose state is stored. Runs are inner loops rather
+        # than an `if` in the token loop so that no branch yields the 64-register state every token.
+        D = mt.full((K,), 1.0, mt.float32)
+        E = mt.full((K,), 1.0, mt.float32)
         conv_base = conv_state_ptr + slot64 * (3 * C)
         cq0 = mt.load(conv_base + ch_q).to(mt.float32)
         cq1 = mt.load(conv_base + C + ch_q).to(mt.float32)
@@ -150,62 +238,56 @@ def kda_decode_step_kernel(
         cv1 = mt.load(conv_base + C + ch_v).to(mt.float32)
         cv2 = mt.load(conv_base + 2 * C + ch_v).to(mt.float32)
 
-        # 1. replay the previous step's accepted drafts (no outputs; q only shifts through its conv window)
-        for j in range(0, n_replay):
-            row = draft_proj_ptr + ((slot64 * MAX_DRAFTS + j) * H + h) * ROW
-            xq = mt.load(row + offs_k).to(mt.float32)
-            xk = mt.load(row + K + offs_k).to(mt.float32)
-            xv = mt.load(row + 2 * K + offs_v).to(mt.float32)
-            xf = mt.load(row + 2 * K + V + offs_k).to(mt.float32)
-            xb = mt.load(draft_beta_ptr + (slot64 * MAX_DRAFTS + j) * H + h).to(mt.float32)
-            kk = _l2_normalize(_short_conv_silu(ck0, ck1, ck2, xk, wk0, wk1, wk2, wk3))
-            vv = _short_conv_silu(cv0, cv1, cv2, xv, wv0, wv1, wv2, wv3)
-            S = _delta_update(S, kk, vv, _decay(xf, dt_bias, a_coef, lower_bound), mt.sigmoid(xb))
-            cq0, cq1, cq2 = cq1, cq2, xq
-            ck0, ck1, ck2 = ck1, ck2, xk
-            cv0, cv1, cv2 = cv1, cv2, xv
+        # 1. replay the previous step's accepted drafts (no outputs; q only shifts through its conv window), in
+        #    runs of `renorm_every` tokens with the deferred decay folded back into S after each run
+        for j0 in range(0, n_replay, renorm_every):
+            for j in range(j0, mt.minimum(j0 + renorm_every, n_replay)):
+                row = draft_proj_ptr + ((slot64 * MAX_DRAFTS + j) * H + h) * ROW
+                xq = mt.load(row + offs_k).to(mt.float32)
+                xk = mt.load(row + K + offs_k).to(mt.float32)
+                xv = mt.load(row + 2 * K + offs_v).to(mt.float32)
+                xf = mt.load(row + 2 * K + V + offs_k).to(mt.float32)
+                xb = mt.load(draft_beta_ptr + (slot64 * MAX_DRAFTS + j) * H + h).to(mt.float32)
+                kk = _short_conv_silu(ck0, ck1, ck2, xk, conv_w_ptr + ch_k * 4)
+                vv = _short_conv_silu(cv0, cv1, cv2, xv, conv_w_ptr + ch_v * 4)
+                g = _log_decay(xf, dt_bias, a_coef, lower_bound)
+                S, D, E = _delta_update(S, D, E, kk, vv, g, _sigmoid(xb), KJ, KL, KV)
+                cq0, cq1, cq2 = cq1, cq2, xq
+                ck0, ck1, ck2 = ck1, ck2, xk
+                cv0, cv1, cv2 = cv1, cv2, xv
+            S, D, E = _renormalize(S, D, KJ, KL, KV)
 
-        # 2. the new tokens: t = 0 is the bonus token (certain), t = 1..NUM_DRAFTS the new drafts
-        for t in range(0, T):
-            tok = (b * T + t) * H + h
-            raw_q = mt.load(q_ptr + tok * K + offs_k)
-            raw_k = mt.load(k_ptr + tok * K + offs_k)
-            raw_v = mt.load(v_ptr + tok * V + offs_v)
-            raw_f = mt.load(f_ptr + tok * K + offs_k)
-            raw_b = mt.load(beta_ptr + tok)
-            xq = raw_q.to(mt.float32)
-            xk = raw_k.to(mt.float32)
-            xv = raw_v.to(mt.float32)
-            qq = _l2_normalize(_short_conv_silu(cq0, cq1, cq2, xq, wq0, wq1, wq2, wq3)) * scale
-            kk = _l2_normalize(_short_conv_silu(ck0, ck1, ck2, xk, wk0, wk1, wk2, wk3))
-            vv = _short_conv_silu(cv0, cv1, cv2, xv, wv0, wv1, wv2, wv3)
-            decay = _decay(raw_f.to(mt.float32), dt_bias, a_coef, lower_bound)
-            S, o = _delta_update_with_output(S, qq, kk, vv, decay, mt.sigmoid(raw_b.to(mt.float32)))
-            cq0, cq1, cq2 = cq1, cq2, xq
-            ck0, ck1, ck2 = ck1, ck2, xk
-            cv0, cv1, cv2 = cv1, cv2, xv
-            gate = mt.load(gate_ptr + tok * V + offs_v).to(mt.float32)
-            mt.store(o_ptr + tok * V + offs_v, _gated_rms_norm(o, gate, norm_w, norm_eps, V))
-            if t == 0:
-                # the last certain token: commit the state and the conv window (the only state write)
-                mt.store(state_base + state_offs, S)
-                mt.store(conv_base + ch_q, cq0)
-                mt.store(conv_base + C + ch_q, cq1)
-                mt.store(conv_base + 2 * C + ch_q, cq2)
-                mt.store(conv_base + ch_k, ck0)
-                mt.store(conv_base + C + ch_k, ck1)
-                mt.store(conv_base + 2 * C + ch_k, ck2)
-                mt.store(conv_base + ch_v, cv0)
-                mt.store(conv_base + C + ch_v, cv1)
-                mt.store(conv_base + 2 * C + ch_v, cv2)
-            else:
-                # a draft: keep its raw projections for the replay at the next step
+        # 2. the bonus token (t = 0, certain): its state is committed (the only state write)
+        S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, raw_q, raw_k, raw_v, raw_f, raw_b = _new_token(
+            q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr, conv_w_ptr, (b * T) * H + h, S, D, E,
+            cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, ch_q, ch_k, ch_v, offs_k, offs_v, dt_bias, a_coef, norm_w,
+            scale, lower_bound, norm_eps, K, V, KJ, KL, KV)
+        S, D, E = _renormalize(S, D, KJ, KL, KV)
+        mt.store(state_base + state_offs, S)
+        mt.store(conv_base + ch_q, cq0)
+        mt.store(conv_base + C + ch_q, cq1)
+        mt.store(conv_base + 2 * C + ch_q, cq2)
+        mt.store(conv_base + ch_k, ck0)
+        mt.store(conv_base + C + ch_k, ck1)
+        mt.store(conv_base + 2 * C + ch_k, ck2)
+        mt.store(conv_base + ch_v, cv0)
+        mt.store(conv_base + C + ch_v, cv1)
+        mt.store(conv_base + 2 * C + ch_v, cv2)
+
+        # 3. this step's drafts t = 1..NUM_DRAFTS: outputs, and their raw projections kept for the next step's replay
+        for t0 in range(1, T, renorm_every):
+            for t in range(t0, mt.minimum(t0 + renorm_every, T)):
+                S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, raw_q, raw_k, raw_v, raw_f, raw_b = _new_token(
+                    q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr, conv_w_ptr, (b * T + t) * H + h, S, D, E,
+                    cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, ch_q, ch_k, ch_v, offs_k, offs_v, dt_bias, a_coef,
+                    norm_w, scale, lower_bound, norm_eps, K, V, KJ, KL, KV)
                 row = draft_proj_ptr + ((slot64 * MAX_DRAFTS + t - 1) * H + h) * ROW
                 mt.store(row + offs_k, raw_q)
                 mt.store(row + K + offs_k, raw_k)
                 mt.store(row + 2 * K + offs_v, raw_v)
                 mt.store(row + 2 * K + V + offs_k, raw_f)
                 mt.store(draft_beta_ptr + (slot64 * MAX_DRAFTS + t - 1) * H + h, raw_b)
+            S, D, E = _renormalize(S, D, KJ, KL, KV)
 
 
 # ------------------------------------------------------------------------------------------------ host side
@@ -246,6 +328,21 @@ class KDADecodeCache:
     @property
     def max_drafts(self) -> int:
         return self.draft_proj.shape[1]
+
+
+def state_k_split(head_k_dim: int, lanes: int = STATE_K_LANES) -> tuple[int, int]:
+    """(KL, KV): how the state's K axis is split in the kernel's [KJ, V, KL, KV] tile. KV = 4 fp32 (one 16-byte
+    vector) per run, KL lanes of a warp hold a row's runs, KJ = K / (KL * KV) runs per thread."""
+    vec = min(4, head_k_dim)
+    return max(1, min(lanes, head_k_dim // vec)), vec
+
+
+def renorm_period(lower_bound: float) -> int:
+    """Tokens between renormalizations of the deferred decay: each token's decay is > e^lower_bound, so after this
+    many the column scale D stays above e^-MAX_DEFERRED_LOG_DECAY (and 1 / D below its inverse)."""
+    if lower_bound >= 0:
+        return 1 << 20
+    return max(1, min(1 << 20, int(MAX_DEFERRED_LOG_DECAY / -lower_bound)))
 
 
 def _check(cond: bool, message: str) -> None:
@@ -310,21 +407,27 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
     scale = weights.scale if weights.scale is not None else kd ** -0.5
     if num_warps is None:
         num_warps = 8 if kd * vd >= 128 * 128 else 4
+    lanes_k, vec_k = state_k_split(kd)
+    _check(weights.lower_bound > -MAX_DEFERRED_LOG_DECAY,
+           f"lower_bound = {weights.lower_bound} must be > -{MAX_DEFERRED_LOG_DECAY}")
     if bsz == 0:
         return out
     kda_decode_step_kernel[(h, bsz)](
         q, k, v, f, beta, gate, out,
         cache.state, cache.conv_state, cache.draft_proj, cache.draft_beta, state_indices, num_accepted,
         conv_weight, weights.a_log, weights.dt_bias, weights.o_norm_weight,
-        float(scale), float(weights.lower_bound), float(weights.norm_eps),
-        H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, num_warps=num_warps)
+        float(scale), float(weights.lower_bound), float(weights.norm_eps), renorm_period(weights.lower_bound),
+        H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, KL=lanes_k, KV=vec_k,
+        num_warps=num_warps)
     return out
 
 
 for _drafts in (0, 7):  # K3 layer shapes (96 heads of 128), bf16 activations, no speculation and 7 drafts
     kda_decode_step_kernel.specialize(
-        signature="q_ptr:*bf16,k_ptr:*bf16,v_ptr:*bf16,f_ptr:*bf16,beta_ptr:*bf16,gate_ptr:*bf16,o_ptr:*bf16,"
-                  "state_ptr:*fp32,conv_state_ptr:*bf16,draft_proj_ptr:*bf16,draft_beta_ptr:*bf16,"
-                  "state_idx_ptr:*i32,num_accepted_ptr:*i32,conv_w_ptr:*fp32,a_log_ptr:*fp32,"
-                  "dt_bias_ptr:*fp32,o_norm_w_ptr:*fp32,scale:fp32,lower_bound:fp32,norm_eps:fp32",
-        H=96, K=128, V=128, NUM_DRAFTS=_drafts, MAX_DRAFTS=7, num_warps=8)
+        signature="q_ptr:*bf16:16,k_ptr:*bf16:16,v_ptr:*bf16:16,f_ptr:*bf16:16,beta_ptr:*bf16:16,gate_ptr:*bf16:16,"
+                  "o_ptr:*bf16:16,"
+                  "state_ptr:*fp32:16,conv_state_ptr:*bf16:16,draft_proj_ptr:*bf16:16,draft_beta_ptr:*bf16:16,"
+                  "state_idx_ptr:*i32:16,num_accepted_ptr:*i32:16,conv_w_ptr:*fp32:16,a_log_ptr:*fp32:16,"
+                  "dt_bias_ptr:*fp32:16,o_norm_w_ptr:*fp32:16,scale:fp32,lower_bound:fp32,norm_eps:fp32,"
+                  "renorm_every:i32",
+        H=96, K=128, V=128, NUM_DRAFTS=_drafts, MAX_DRAFTS=7, KL=8, KV=4, num_warps=8)

@@ -168,7 +168,7 @@ class SimulationReport:
 def simulate_spec_decode(step_fn: StepFn, *, num_requests: int, batch_rows: int, num_slots: int, heads: int,
                          head_k_dim: int, head_v_dim: int, num_drafts: int, steps: int,
                          dtype: torch.dtype = torch.bfloat16, seed: int = 0, device: str = "cpu",
-                         max_drafts: int | None = None) -> SimulationReport:
+                         max_drafts: int | None = None, lower_bound: float = -5.0) -> SimulationReport:
     """Run `steps` speculative decode steps through `step_fn`, then compare with `decode_reference`.
 
     Each step puts a random subset of the requests into random batch rows (the rest are padding rows with slot -1
@@ -178,7 +178,7 @@ def simulate_spec_decode(step_fn: StepFn, *, num_requests: int, batch_rows: int,
     shows up. Committed tokens are each step's bonus plus its accepted drafts."""
     gen = torch.Generator().manual_seed(seed)
     h, kd, vd = heads, head_k_dim, head_v_dim
-    weights = random_weights(h, kd, vd, gen)
+    weights = random_weights(h, kd, vd, gen, lower_bound)
     cache = KDADecodeCache.allocate(num_slots, h, kd, vd, max_drafts or max(num_drafts, 1), dtype, "cpu")
     cache.state.copy_(torch.randn(cache.state.shape, generator=gen))  # as if after prefill
     cache.conv_state.copy_(torch.randn(cache.conv_state.shape, generator=gen).to(dtype))

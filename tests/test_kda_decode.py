@@ -162,6 +162,16 @@ def test_kernel_k_differs_from_v_and_small_draft_count(interpret: None) -> None:
     assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
 
 
+@pytest.mark.parametrize("lower_bound", [-20.0, -39.0])
+def test_kernel_deferred_decay_renormalizes(interpret: None, lower_bound: float) -> None:
+    """Strong gates renormalize the deferred decay every 2 tokens (-20) or every token (-39), inside the replay and
+    the draft loops (at -5, 7 drafts never reach the period of 8): the results still match the reference."""
+    assert kda_decode.renorm_period(lower_bound) == (2 if lower_bound == -20.0 else 1)
+    rep = simulate_spec_decode(kda_decode_step, **SMALL, head_k_dim=16, head_v_dim=16, num_drafts=5, steps=8,
+                               dtype=torch.float32, seed=13, lower_bound=lower_bound)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+
+
 def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
     """One step from a random cache (random committed state, conv window, and stale drafts in every slot): outputs,
     state, conv window and draft cache equal the torch step's; padding rows and unused slots are untouched."""
@@ -237,8 +247,8 @@ def test_host_wrapper_reads_no_device_data(monkeypatch: pytest.MonkeyPatch) -> N
     assert out.shape == (5, 8, 96, 128) and out.dtype == torch.bfloat16
     (grid, args, kwargs), = fake.launches
     assert grid == (96, 5)
-    assert kwargs == dict(H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, num_warps=8)
-    assert args[-3] == pytest.approx(128 ** -0.5) and args[-2] == -5.0
+    assert kwargs == dict(H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, num_warps=8)
+    assert args[-4] == pytest.approx(128 ** -0.5) and args[-3] == -5.0 and args[-1] == 8  # renorm every 40/5
 
 
 @pytest.mark.parametrize("problem", ["drafts", "state_dtype", "beta_shape", "noncontig", "idx_float"])
@@ -278,6 +288,50 @@ def test_benchmark_module_imports_and_runs_our_step_on_cpu(interpret: None, monk
     p.out.fill_(float("nan"))
     bench.ours(p, accepted=3)()
     assert p.out.isfinite().all() and p.state_bytes == 2 * 2 * 2 * 16 * 16 * 4
+
+
+# -------------------------------------------------------------------------------- compiled PTX on the simulator
+
+CACHE_OUTPUTS = ("o_ptr", "state_ptr", "conv_state_ptr", "draft_proj_ptr", "draft_beta_ptr")
+
+
+@pytest.mark.parametrize("kd,vd,num_warps,lower_bound", [(16, 16, 4, -20.0), (32, 32, 4, -5.0)])
+def test_compiled_ptx_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float) -> None:
+    """One step (replay of 0..3 drafts, a padding row) compiled to PTX and run on tests/ptx_sim.py from the same
+    inputs as the interpreter: outputs, state, conv window and draft cache agree. This checks what the interpreter
+    cannot: the split [KJ, V, KL, KV] state tile's layout, its shuffle reductions and the vector loads / stores.
+    The state and output tolerance covers ptxas contracting mul + add into fma (skips one rounding)."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from minitriton.ir.types import PointerType, ScalarType
+
+    gen = torch.Generator().manual_seed(21)
+    h, drafts, rows = 1, 3, 3
+    w = random_weights(h, kd, vd, gen, lower_bound)
+    cache = random_cache(4, h, kd, vd, drafts, torch.float32, gen)
+    x = TokenInputs.random((rows, drafts + 1), h, kd, vd, torch.float32, gen)
+    fake = RecordingKernel()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kda_decode, "kda_decode_step_kernel", fake)
+        kda_decode_step(*x.as_tuple(), w, cache, torch.tensor([3, -1, 0], dtype=torch.int32),
+                        torch.tensor([3, 1, 2], dtype=torch.int32), out=torch.full_like(x.gate, float("nan")),
+                        num_warps=num_warps)
+    (grid, args, constexprs), = fake.launches
+    kernel = kda_decode.kda_decode_step_kernel
+    params = kernel.runtime_params
+    names = {torch.float32: "f32", torch.int32: "i32"}
+    types = {n: PointerType(ScalarType(names[a.dtype])) if isinstance(a, torch.Tensor) else
+             ScalarType("i32" if isinstance(a, int) else "f32") for n, a in zip(params, args)}
+    options = dict(constexprs)
+    num_warps = options.pop("num_warps")
+    make = helpers.dsl(kernel.fn, types, options, divisibility={n: 16 for n in params if n.endswith("_ptr")},
+                       num_warps=num_warps)
+    ptx, _, _ = helpers.lower(make)
+    assert "shfl.sync.bfly" in ptx and "ld.global.v" in ptx  # K reductions in a warp, vector state loads
+    want = helpers.run_interpreted(make, grid, args)
+    got = helpers.run_simulated(make, grid, args)
+    for i, n in enumerate(params):
+        if n in CACHE_OUTPUTS:
+            assert helpers.rel_err(got[i], want[i]) <= 1e-5, n
 
 
 # ------------------------------------------------------------------------------------------------ GPU

@@ -1338,3 +1338,28 @@ def test_gpu_cpu_tensor_is_rejected() -> None:
 
 def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
+
+
+# ------------------------------------------------------------------------------------ min_blocks_per_sm
+
+
+def test_min_blocks_per_sm_reaches_the_ptx_header_and_the_cache_key() -> None:
+    """@mt.kernel(min_blocks_per_sm=N) -> `.minnctapersm N` after `.maxntid` (ptxas then caps registers), and a
+    different on-disk key than the same kernel without it."""
+    def body(x, out, BLOCK: mt.constexpr):
+        offs = mt.arange(0, BLOCK)
+        mt.store(out + offs, mt.load(x + offs) * 2.0)
+
+    plain = mt.kernel(body)
+    bounded = mt.kernel(min_blocks_per_sm=3, num_warps=8)(body)
+    sig = "x:*fp32:16,out:*fp32:16"
+    plain.specialize(signature=sig, BLOCK=1024)
+    bounded.specialize(signature=sig, BLOCK=1024)
+    ptx_plain = plain.specializations[-1].compile(target="ptx").ptx
+    ptx_bounded = bounded.specializations[-1].compile(target="ptx").ptx
+    assert ".minnctapersm" not in ptx_plain
+    assert ".maxntid 256, 1, 1\n.minnctapersm 3\n" in ptx_bounded
+    spec = plain.specializations[-1]
+    assert plain.cache_key(spec.args, spec.constexprs, 8, 3) != bounded.cache_key(spec.args, spec.constexprs, 8, 3)
+    with pytest.raises(ValueError, match="positive int"):
+        mt.kernel(min_blocks_per_sm=0)(body)

@@ -109,7 +109,8 @@ class AotSpec:
             self.kernel.fn, {n: s.type for n, s in self.args.items()}, dict(self.constexprs),
             divisibility={n: s.divisibility for n, s in self.args.items()},
             equal_to_one={n for n, s in self.args.items() if s.equal_to_one},
-            num_warps=self.num_warps, num_stages=self.num_stages, target=target, keep_ir=keep_ir)
+            num_warps=self.num_warps, num_stages=self.num_stages, target=target, keep_ir=keep_ir,
+            min_blocks_per_sm=self.kernel.min_blocks_per_sm)
 
     def describe(self) -> str:
         """A file-name-safe summary: pointer dtypes then constexpr values (`bf16_BLOCK1024`)."""
@@ -127,7 +128,7 @@ class AotSpec:
 class Kernel:
     """A `@mt.kernel` function. Launch with `kernel[grid](*args, **kwargs)`; see the module docstring."""
 
-    def __init__(self, fn: Callable, *, num_warps: int = 4, num_stages: int = 3):
+    def __init__(self, fn: Callable, *, num_warps: int = 4, num_stages: int = 3, min_blocks_per_sm: int | None = None):
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"@mt.kernel decorates a Python function, got {type(fn).__name__}")
         self.fn = fn
@@ -135,6 +136,9 @@ class Kernel:
         self.signature = inspect.signature(fn)
         self.file = fn.__code__.co_filename
         self.options = {"num_warps": num_warps, "num_stages": num_stages}
+        if min_blocks_per_sm is not None and (not isinstance(min_blocks_per_sm, int) or min_blocks_per_sm < 1):
+            raise ValueError(f"@mt.kernel(min_blocks_per_sm=...) takes a positive int, got {min_blocks_per_sm!r}")
+        self.min_blocks_per_sm = min_blocks_per_sm  # every variant's .minnctapersm (CUDA's __launch_bounds__)
         self.specializations: list[AotSpec] = []
         self._init_params()
         self._variants: dict[tuple, Any] = {}  # specialization key (Triton's spelling) -> Launcher
@@ -511,7 +515,8 @@ class Kernel:
                     self.fn, {n: s.type for n, s in specs.items()}, constexprs,
                     divisibility={n: s.divisibility for n, s in specs.items()},
                     equal_to_one={n for n, s in specs.items() if s.equal_to_one},
-                    num_warps=num_warps, num_stages=num_stages, target="cubin")
+                    num_warps=num_warps, num_stages=num_stages, target="cubin",
+                    min_blocks_per_sm=self.min_blocks_per_sm)
                 disk.store(cache_key, compiled)
             launcher = Launcher(compiled, self.runtime_params)
             self._variants[key] = launcher
@@ -532,6 +537,8 @@ class Kernel:
                   num_stages: int) -> str:
         """The on-disk key: compiler version, kernel + helper sources, specialization, constexprs, options."""
         parts = [compiler_version(), compiler.ARCH, self.fingerprint(), f"num_warps={num_warps}", f"num_stages={num_stages}"]
+        if self.min_blocks_per_sm:
+            parts.append(f"min_blocks_per_sm={self.min_blocks_per_sm}")
         parts += [f"{n}:{s.code}" for n, s in specs.items()]
         parts += [f"{n}={type(v).__module__}.{type(v).__qualname__}:{v!r}" for n, v in constexprs.items()]
         return digest(parts)
@@ -615,11 +622,13 @@ class Kernel:
         return f"<mt.kernel {self.__name__}({', '.join(self.arg_names)})>"
 
 
-def kernel(fn: Callable | None = None, *, num_warps: int = 4, num_stages: int = 3) -> Any:
-    """`@mt.kernel` or `@mt.kernel(num_warps=8, num_stages=4)`: make a launchable Kernel of a Python function."""
+def kernel(fn: Callable | None = None, *, num_warps: int = 4, num_stages: int = 3,
+           min_blocks_per_sm: int | None = None) -> Any:
+    """`@mt.kernel` or `@mt.kernel(num_warps=8, num_stages=4, min_blocks_per_sm=2)`: make a launchable Kernel of a
+    Python function. min_blocks_per_sm asks ptxas to fit that many programs on an SM (it caps registers)."""
     if fn is None:
-        return lambda f: Kernel(f, num_warps=num_warps, num_stages=num_stages)
-    return Kernel(fn, num_warps=num_warps, num_stages=num_stages)
+        return lambda f: Kernel(f, num_warps=num_warps, num_stages=num_stages, min_blocks_per_sm=min_blocks_per_sm)
+    return Kernel(fn, num_warps=num_warps, num_stages=num_stages, min_blocks_per_sm=min_blocks_per_sm)
 
 
 def _device_name(tensor: Any) -> str:
