@@ -2,9 +2,19 @@
 
 `lower_elementwise` applies an op register by register (operands and result share one layout after tiling).
 Semantics follow ops.py; where PTX rounds differently from the interpreter it is said here:
+- f32 add / sub / mul are emitted without a rounding modifier (`add.f32`, `mul.f32`), which lets ptxas contract a
+  multiply feeding an add into one fma (its default, --fmad=true), as Triton and nvcc do: a contracted a * b + c
+  skips the product's rounding, so on the GPU it can differ from the interpreter's separately rounded ops by the
+  rounding of a * b (at most half an ulp of the product). f64 keeps `.rn` (exact, never contracted).
 - f16 / bf16: every op converts to f32 (`cvt.f32.bf16`, exact), computes, and rounds back once
-  (`cvt.rn.bf16.f32`). add / sub / mul use `.rn` so ptxas does not contract them into fma (results match the
-  interpreter's separately rounded ops).
+  (`cvt.rn.bf16.f32`). The rounding back sits between any two ops, so nothing contracts across it and the results
+  match the interpreter's bit for bit.
+- Packed pairs: add / sub / mul on f16 / bf16 tiles whose registers come in pairs (an even count per thread) run
+  two elements per instruction, `mul.rn.bf16x2` / `add.rn.f16x2` ... (HMUL2 / HADD2): the pair is packed into one
+  32-bit register (`mov.b32 %r, {%h0, %h1}`, which ptxas folds into the producers) and unpacked after. The results
+  are the same bits as the f32 route: a product of two halves is exact in f32 and a sum rounds twice harmlessly
+  (f32 has 24 >= 2 * 11 + 2 bits), so rounding once to the half type (the packed op) equals the f32 route. `.rn`
+  keeps ptxas from contracting them into fma.
 - exp(x) = ex2.approx.ftz(x * log2 e), exp2 = ex2.approx.ftz (about 2 ulp; subnormal results flush to 0); log(x) =
   lg2.approx(x) * ln 2 and log2 = lg2.approx (absolute error about 2^-22); sqrt = sqrt.rn (IEEE); rsqrt =
   rsqrt.approx (about 2^-23 relative); sigmoid = rcp.rn(1 + ex2(-x log2 e)); tanh = tanh.approx (relative error
@@ -82,6 +92,8 @@ Lowering = Callable[[KernelContext, Operation, list[str]], str]
 
 _FLOAT_BINARY = {"mt.add": "add.rn", "mt.sub": "sub.rn", "mt.mul": "mul.rn", "mt.div": "div.rn",
                  "mt.maximum": "max", "mt.minimum": "min"}
+# f32 ops ptxas may contract into fma (no rounding modifier); see the module docstring.
+_CONTRACTABLE = {"mt.add": "add", "mt.sub": "sub", "mt.mul": "mul"}
 _INT_BINARY = {"mt.add": "add.{s}", "mt.sub": "sub.{s}", "mt.mul": "mul.lo.{s}", "mt.div": "div.{s}",
                "mt.rem": "rem.{s}", "mt.maximum": "max.{s}", "mt.minimum": "min.{s}", "mt.and": "and.{b}",
                "mt.or": "or.{b}", "mt.xor": "xor.{b}"}
@@ -105,7 +117,9 @@ def binary(ctx: KernelContext, op: Operation, ins: list[str]) -> str:
             d = _pow(ctx, a, b, sfx)
         else:
             d = ctx.new(sfx)
-            ctx.emit(f"{_FLOAT_BINARY[op.name]}.{sfx} {d}, {a}, {b};")
+            contract = t.name == "f32" and op.name in _CONTRACTABLE  # type: ignore[union-attr]
+            instr = _CONTRACTABLE[op.name] if contract else _FLOAT_BINARY[op.name]
+            ctx.emit(f"{instr}.{sfx} {d}, {a}, {b};")
         return downcast(ctx, d, t)
     s, bits = int_suffix(t), f"b{64 if t.bits == 64 else 32}"  # type: ignore[arg-type,union-attr]
     cls = reg_class(t)
@@ -510,6 +524,41 @@ for _name in list(_FLOAT_UNARY) + ["mt.not"]:
     LOWERINGS[_name] = unary
 
 
+_PACKED_HALF = {"mt.add": "add.rn", "mt.sub": "sub.rn", "mt.mul": "mul.rn"}
+
+
+def _packs_in_pairs(op: Operation, n: int) -> bool:
+    """add / sub / mul of f16 / bf16 values with an even number of registers per thread: two per instruction."""
+    t = op.result.type.scalar
+    return op.name in _PACKED_HALF and is_half(t) and n % 2 == 0 and all(
+        v.type.scalar == t for v in op.operands)
+
+
+def _lower_packed_pairs(ctx: KernelContext, op: Operation, operands: list[list[str]]) -> list[str]:
+    """Registers 2i and 2i + 1 of each operand packed into one b32, one `<op>.rn.{bf16x2,f16x2}` per pair."""
+    kind = f"{half_name(op.result.type.scalar)}x2"  # type: ignore[arg-type]
+    packed: dict[tuple[str, str], str] = {}
+
+    def pack(pair: tuple[str, str]) -> str:
+        if pair not in packed:
+            packed[pair] = ctx.new("b32")
+            ctx.emit(f"mov.b32 {packed[pair]}, {{{pair[0]}, {pair[1]}}};")
+        return packed[pair]
+
+    memo: dict[tuple[tuple[str, str], ...], tuple[str, str]] = {}
+    out: list[str] = []
+    for i in range(0, len(operands[0]), 2):
+        key = tuple((r[i], r[i + 1]) for r in operands)
+        if key not in memo:
+            ins = [pack(pair) for pair in key]
+            d, lo, hi = ctx.new("b32"), ctx.new("b16"), ctx.new("b16")
+            ctx.emit(f"{_PACKED_HALF[op.name]}.{kind} {d}, {', '.join(ins)};")
+            ctx.emit(f"mov.b32 {{{lo}, {hi}}}, {d};")
+            memo[key] = (lo, hi)
+        out.extend(memo[key])
+    return out
+
+
 def lower_elementwise(ctx: KernelContext, op: Operation) -> None:
     """Apply the op's element lowering to each register; equal operand registers give one instruction."""
     fn = LOWERINGS[op.name]
@@ -517,6 +566,9 @@ def lower_elementwise(ctx: KernelContext, op: Operation) -> None:
     n = len(operands[0])
     if any(len(r) != n for r in operands):
         raise ctx.error("operands hold different numbers of registers (mismatched layouts)")
+    if _packs_in_pairs(op, n):
+        ctx.bind(op.result, _lower_packed_pairs(ctx, op, operands))
+        return
     memo: dict[tuple[str, ...], str] = {}
     out = []
     for i in range(n):

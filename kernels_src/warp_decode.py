@@ -23,7 +23,11 @@ Work decomposition (docs/kernels/warp_decode.md has the full story):
   to bit 31; multiplying by 2**126 gives the exact value (codes 0/1 become f32 subnormals first, so the compiler must
   not flush denormals). The E8M0 byte becomes 2**(s - 127) from bits (s << 23), 0x00 -> 2**-127 (subnormal), and
   0xFF -> NaN as the OCP spec says. The CUDA-core path applies each scale once per 32-weight block to the fp32
-  partial sum; the tensor-core path (mt.dot, batch >= 3) scales the weights before rounding them to bf16 (exact).
+  partial sum; the tensor-core path (mt.dot, batch >= 3) builds the weights directly in bf16 and scales them there
+  (exact), two weights per instruction (the codegen packs bf16 pairs: HMUL2).
+- Latency hiding: the CUDA-core path prefetches the next step's weight bytes into registers, and an *item split*
+  (grid axis 1) spreads the work items over enough programs to fill the GPU (the mt.dot path has one warp per 16
+  rows); the down kernel's splits write fp32 partials that the host sums in a fixed order.
 - prepare_experts pads each row to whole 32-element blocks (16-byte aligned rows) and permutes the nibbles inside
   every block so byte j holds elements j (low nibble) and j + 16 (high nibble): unpacking the low nibbles of a
   lane's 16 bytes gives 16 consecutive weights and the high nibbles the next 16, which match two contiguous
@@ -145,6 +149,28 @@ def e2m1_to_f32(q):
 
 
 @mt.func
+def e2m1_to_bf16(q):
+    """Packed bytes (uint8 tile) -> (low-nibble values, high-nibble values) as exact bf16: the bf16 form of
+    e2m1_to_f32's trick (E E M at bf16 bits 8..6, sign at 15, i.e. value * 2**-126 with codes 0 / 1 subnormal, then
+    one exact multiply by 2**126). Adjacent elements of a bf16 tile run as packed pairs (HMUL2.BF16), so the bias
+    costs half an instruction per weight instead of one FMUL."""
+    b = q.to(mt.uint32)
+    lo = (((b & 0x0F) * 0x1040) & 0x81C0).to(mt.uint16).to(mt.bfloat16, bitcast=True)
+    hi = (((b & 0xF0) * 0x0104) & 0x81C0).to(mt.uint16).to(mt.bfloat16, bitcast=True)
+    bias = mt.full(lo.shape, 8.507059173023462e37, mt.bfloat16)  # 2**126, exact in bf16
+    return lo * bias, hi * bias
+
+
+@mt.func
+def e8m0_to_bf16(s):
+    """E8M0 scale bytes -> bf16 2**(s - 127): bits s << 7, 0x00 -> 2**-127 (the bf16 subnormal 0x0040), 0xFF -> NaN."""
+    e = s.to(mt.uint32)
+    bits = mt.where(e == 0, 0x0040, e << 7)
+    bits = mt.where(e == 255, 0x7FC0, bits)
+    return bits.to(mt.uint16).to(mt.bfloat16, bitcast=True)
+
+
+@mt.func
 def e8m0_to_f32(s):
     """E8M0 scale bytes -> f32 2**(s - 127): bits s << 23 for 1..254, 0x00 -> 2**-127 (the subnormal 0x00400000),
     0xFF -> NaN (OCP MX spec; the fast paths of other libraries give +inf here)."""
@@ -176,15 +202,31 @@ def load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, TEAMS, NT, DEDUP):
 
 
 @mt.func
-def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_row, v_live, K, row_blocks,
-                ROWS, TEAMS, NT, BLOCKS, USE_DOT, SPLIT):
-    """acc[r, t, s] = sum_{k < K} W[row[r, t], k] * v[v_row[t, s] + k] for the weight rows `row` (i64 [R, T], rows
-    of `row_blocks` MX blocks) where `live`, and the vectors at element offsets `v_row` (i32 [T, NT]) where `v_live`.
+def load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb, lane_block, j, row_blocks):
+    """The packed bytes [R, T, BLOCKS, 16] and scale bytes [R, T, BLOCKS] of blocks kb .. kb + BLOCKS - 1 of the
+    rows at byte offsets q_row / block offsets s_row (i64 [R, T]) where `live`; blocks past the row's end read 0."""
+    blk = kb + lane_block
+    m = live[:, :, None] & (blk < row_blocks)[None, None, :]
+    q = mt.load(wq_ptr + q_row[:, :, None, None] + (blk * 16)[None, None, :, None] + j[None, None, None, :],
+                mask=m[:, :, :, None], other=0)
+    return q, mt.load(ws_ptr + s_row[:, :, None] + blk[None, None, :], mask=m, other=0)
+
+
+@mt.func
+def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
+                ROWS, TEAMS, NT, BLOCKS, USE_DOT, SPLIT, FULL_STEPS):
+    """acc[r, t, s] = sum_{k < K} W[row[r, t], k] * v[v_index[t, s] * v_stride + k] for the weight rows `row` (i64
+    [R, T], rows of `row_blocks` MX blocks) where `live`, and the vector rows `v_index` (i32 [T, NT]) where `v_live`.
+    v_stride (a multiple of 16 in the AOT signatures) multiplies the row index *after* any per-slot pick, so the
+    compiler's alignment analysis sees 16-element-aligned vector rows and vectorizes the activation loads.
 
     Each step reads, per row and team, BLOCKS blocks: a [ROWS, TEAMS, BLOCKS, 16] byte tile (16 bytes per lane in
     the row-per-warp layout) and [ROWS, TEAMS, BLOCKS] scale bytes. USE_DOT (TEAMS == 1) computes the inner products
     with mt.dot on bf16 weights; SPLIT then feeds an f32 vector as bf16 hi + lo parts (two dots), keeping f32
-    accuracy."""
+    accuracy. FULL_STEPS (K == 32 * row_blocks and row_blocks a multiple of BLOCKS: no partial block, no step past
+    the row's end) lets the CUDA-core path load the activations without a mask: v_index must then name a real
+    vector row for every slot (dead slots point at row 0; their products are discarded by the caller), which saves
+    zeroing 32 registers per step for the masked loads."""
     lane_block = mt.arange(0, BLOCKS)
     j = mt.arange(0, 16)
     slot = mt.arange(0, NT)
@@ -194,20 +236,33 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_row, v_live, K, row_blocks,
         acc = mt.zeros((ROWS, NT), mt.float32)
     else:
         acc = mt.zeros((ROWS, TEAMS, NT), mt.float32)
+    # Register prefetch: the weight and scale bytes of step kb + BLOCKS are loaded before step kb is computed, so
+    # every warp keeps a step of HBM loads in flight during its ALU work. Without it the loop is latency-bound (one
+    # 16-byte load per lane, then a long dependent chain). Loads past the row's end are masked off. Two steps deep
+    # measured worse: the codegen holds the byte tile as 16 registers per lane (one per byte), and rotating two
+    # buffers cost ~30 register moves per step. Not on the mt.dot path: its extra registers make that kernel
+    # (255 registers already) spill.
+    if not USE_DOT:
+        q_next, s_next = load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, 0, lane_block, j, row_blocks)
     for kb in range(0, row_blocks, BLOCKS):
         blk = kb + lane_block
-        m = live[:, :, None] & (blk < row_blocks)[None, None, :]
-        q = mt.load(wq_ptr + q_row[:, :, None, None] + (blk * 16)[None, None, :, None] + j[None, None, None, :],
-                    mask=m[:, :, :, None], other=0)
-        scale = e8m0_to_f32(mt.load(ws_ptr + s_row[:, :, None] + blk[None, None, :], mask=m, other=0))
-        w_lo, w_hi = e2m1_to_f32(q)
+        if USE_DOT:
+            q, s_bytes = load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb, lane_block, j, row_blocks)
+        else:
+            q, s_bytes = q_next, s_next
+            q_next, s_next = load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb + BLOCKS, lane_block, j,
+                                              row_blocks)
         k_lo = blk[:, None] * 32 + j[None, :]  # a block's low nibbles are its elements 0..15, high ones 16..31
         if USE_DOT:
-            v_at = v_ptr + v_row[:, :, None, None] + k_lo[None, None, :, :]
+            # Dequantize straight to bf16 in packed pairs: bias and scale are exact power-of-two multiplies
+            # (w * 2**(s - 127) has 2 significant bits: exact in bf16, subnormals included).
+            scale = e8m0_to_bf16(s_bytes)[:, :, :, None]
+            w_lo, w_hi = e2m1_to_bf16(q)
+            v_at = v_ptr + (v_index * v_stride)[:, :, None, None] + k_lo[None, None, :, :]
             v_lo = mt.load(v_at, mask=v_live[:, :, None, None] & (k_lo < K)[None, None, :, :], other=0)
             v_hi = mt.load(v_at + 16, mask=v_live[:, :, None, None] & (k_lo + 16 < K)[None, None, :, :], other=0)
-            a_lo = (w_lo * scale[:, :, :, None]).to(mt.bfloat16).reshape((ROWS, BLOCKS * 16))
-            a_hi = (w_hi * scale[:, :, :, None]).to(mt.bfloat16).reshape((ROWS, BLOCKS * 16))
+            a_lo = (w_lo * scale).reshape((ROWS, BLOCKS * 16))
+            a_hi = (w_hi * scale).reshape((ROWS, BLOCKS * 16))
             b_lo = mt.trans(v_lo.reshape((NT, BLOCKS * 16)))
             b_hi = mt.trans(v_hi.reshape((NT, BLOCKS * 16)))
             if SPLIT:
@@ -221,17 +276,25 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_row, v_live, K, row_blocks,
                 acc = mt.dot(a_lo, b_lo.to(mt.bfloat16), acc)
                 acc = mt.dot(a_hi, b_hi.to(mt.bfloat16), acc)
         else:
+            scale = e8m0_to_f32(s_bytes)
+            w_lo, w_hi = e2m1_to_f32(q)
             # One vector (pair slot s of every team) at a time keeps the product tile in the weights' 4-D layout.
             for s in mt.static_range(NT):
                 pick = (slot == s)[None, :]
-                v_row_s = mt.sum(mt.where(pick, v_row, 0), axis=1)
+                v_row_s = mt.sum(mt.where(pick, v_index, 0), axis=1) * v_stride  # stride after the pick: aligned
                 v_live_s = mt.sum((pick & v_live).to(mt.int32), axis=1) > 0
                 v_at = v_ptr + v_row_s[:, None, None] + k_lo[None, :, :]
-                v_lo = mt.load(v_at, mask=v_live_s[:, None, None] & (k_lo < K)[None, :, :], other=0)
-                v_hi = mt.load(v_at + 16, mask=v_live_s[:, None, None] & (k_lo + 16 < K)[None, :, :], other=0)
+                if FULL_STEPS:
+                    v_lo = mt.load(v_at)
+                    v_hi = mt.load(v_at + 16)
+                else:
+                    v_lo = mt.load(v_at, mask=v_live_s[:, None, None] & (k_lo < K)[None, :, :], other=0)
+                    v_hi = mt.load(v_at + 16, mask=v_live_s[:, None, None] & (k_lo + 16 < K)[None, :, :], other=0)
                 x_lo = v_lo.to(mt.float32)[None, :, :, :]
                 x_hi = v_hi.to(mt.float32)[None, :, :, :]
-                part = mt.sum(mt.fma(w_hi, x_hi, w_lo * x_lo), axis=3)
+                # Two in-thread sums of plain products: each becomes one fma chain (1 FMUL + 15 FFMA) once ptxas
+                # contracts the f32 multiplies into the chained adds of the reduction.
+                part = mt.sum(w_lo * x_lo, axis=3) + mt.sum(w_hi * x_hi, axis=3)
                 part = mt.sum(part * scale, axis=2)  # the block scale once per 32 weights
                 acc += mt.where(pick[None, :, :], part[:, :, None], 0.0)
     if USE_DOT:
@@ -248,11 +311,12 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_row, v_live, K, row_blocks,
 def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws_ptr, h_ptr,
                    n_pairs, topk, D, I, row_blocks,
                    ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr,
-                   DEDUP: mt.constexpr, USE_DOT: mt.constexpr):
+                   DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr):
     """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32.
 
     The program owns ROWS weight rows: neurons pid * ROWS/2 + r // 2, the gate row (r even, row i of W13) and the
-    up row (r odd, row I + i), and loops over all work items."""
+    up row (r odd, row I + i), and loops over every num_programs(1)-th group of TEAMS work items, starting at group
+    program_id(1) (the item split: more programs when there are few rows per program, as on the mt.dot path)."""
     HALF = ROWS // 2
     r = mt.arange(0, ROWS)
     neuron = mt.program_id(0) * HALF + r // 2
@@ -264,12 +328,13 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
         n_items = mt.load(n_items_ptr)
     else:
         n_items = n_pairs
-    for it0 in range(0, n_items, TEAMS):
+    for it0 in range(mt.program_id(1) * TEAMS, n_items, TEAMS * mt.num_programs(1)):
         item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, TEAMS, NT,
                                                     DEDUP)
         row = expert.to(mt.int64)[None, :] * (2 * I) + w_row[:, None]
-        acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr, (pair // topk) * D,
-                          pair_ok, D, row_blocks, ROWS, TEAMS, NT, BLOCKS, USE_DOT, False)
+        acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr,
+                          mt.where(pair_ok, pair, 0) // topk, D, pair_ok, D, row_blocks, ROWS, TEAMS, NT, BLOCKS,
+                          USE_DOT, False, FULL_STEPS)
         acc = acc.reshape((HALF, 2, TEAMS, NT))
         gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=1)
         up = mt.sum(mt.where(is_gate, 0.0, acc), axis=1)
@@ -282,9 +347,11 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
 def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws_ptr, out_ptr,
                 n_pairs, topk, batch, D, I, row_blocks,
                 ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr, BT: mt.constexpr,
-                DEDUP: mt.constexpr, USE_DOT: mt.constexpr):
+                DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr):
     """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused: the program keeps
-    a [ROWS, BT] fp32 accumulator (rows x tokens) over all work items and writes each output once."""
+    a [ROWS, BT] fp32 accumulator (rows x tokens) over its work items and writes each output once. With an item
+    split (num_programs(1) > 1) program (i, s) takes every num_programs(1)-th group of items from group s and writes
+    its partial sums to out[s] of an fp32 [splits, batch, D] buffer, which the host sums (deterministically)."""
     d = mt.program_id(0) * ROWS + mt.arange(0, ROWS)
     row_ok = d < D
     token = mt.arange(0, BT)
@@ -293,17 +360,19 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
         n_items = mt.load(n_items_ptr)
     else:
         n_items = n_pairs
-    for it0 in range(0, n_items, TEAMS):
+    for it0 in range(mt.program_id(1) * TEAMS, n_items, TEAMS * mt.num_programs(1)):
         item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, TEAMS, NT,
                                                     DEDUP)
         row = expert.to(mt.int64)[None, :] * D + d[:, None]
-        acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr, pair * I, pair_ok,
-                          I, row_blocks, ROWS, TEAMS, NT, BLOCKS, USE_DOT, True)
+        acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr,
+                          mt.where(pair_ok, pair, 0), I, pair_ok, I, row_blocks, ROWS, TEAMS, NT, BLOCKS, USE_DOT,
+                          True, FULL_STEPS)
         weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
         mine = ((pair // topk)[:, :, None] == token[None, None, :]) & pair_ok[:, :, None]  # [T, NT, BT]
         contrib = mt.where(mine[None, :, :, :], (acc * weight[None, :, :])[:, :, :, None], 0.0)
         out += mt.sum(mt.sum(contrib, axis=2), axis=1)
-    mt.store(out_ptr + token[None, :] * D + d[:, None], out, mask=row_ok[:, None] & (token < batch)[None, :])
+    split_at = out_ptr + mt.program_id(1).to(mt.int64) * (batch * D)
+    mt.store(split_at + token[None, :] * D + d[:, None], out, mask=row_ok[:, None] & (token < batch)[None, :])
 
 
 def _signature(kind: str, pairs: str) -> str:
@@ -320,13 +389,13 @@ def _signature(kind: str, pairs: str) -> str:
 
 # K3 (D=3584, I=3072, top-16): B = 1 on CUDA cores (2 lane teams for the 112-block rows of W13), B = 16 on mt.dot.
 gate_up_kernel.specialize(signature=_signature("gate_up", "i32"), ROWS=8, TEAMS=2, BLOCKS=16, NT=1, DEDUP=False,
-                          USE_DOT=False, num_warps=8)
+                          USE_DOT=False, FULL_STEPS=True, num_warps=8)
 down_kernel.specialize(signature=_signature("down", "i32"), ROWS=8, TEAMS=1, BLOCKS=32, NT=1, BT=1, DEDUP=False,
-                       USE_DOT=False, num_warps=8)
+                       USE_DOT=False, FULL_STEPS=True, num_warps=8)
 gate_up_kernel.specialize(signature=_signature("gate_up", "i64"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8, DEDUP=True,
-                          USE_DOT=True, num_warps=1)
+                          USE_DOT=True, FULL_STEPS=True, num_warps=1)
 down_kernel.specialize(signature=_signature("down", "i64"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8, BT=16, DEDUP=True,
-                       USE_DOT=True, num_warps=1)
+                       USE_DOT=True, FULL_STEPS=True, num_warps=1)
 
 
 # ------------------------------------------------------------------------------------------ routing
@@ -415,13 +484,15 @@ def make_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, group: int,
 @dataclass(frozen=True)
 class KernelConfig:
     """Tile parameters of one kernel launch: ROWS weight rows per program, TEAMS items at once, BLOCKS MX blocks
-    per team and step (16 bytes each), mt.dot or CUDA cores, and num_warps."""
+    per team and step (16 bytes each), mt.dot or CUDA cores, and num_warps. splits: the item split (programs along
+    grid axis 1, each taking every splits-th group of items); None picks it from the grid size (`pick_splits`)."""
 
     use_dot: bool
     rows: int
     teams: int
     blocks: int
     num_warps: int
+    splits: int | None = None
 
 
 def pick_teams(row_blocks: int, items_hint: int) -> int:
@@ -446,6 +517,22 @@ def pick_config(row_blocks: int, items_hint: int, use_dot: bool) -> KernelConfig
     return KernelConfig(False, rows=8, teams=teams, blocks=32 // teams, num_warps=8)
 
 
+TARGET_WARPS = 2048  # warps a launch should offer: 132 SMs x 16, two rounds of the 8 resident 255-register warps
+
+
+def pick_splits(config: KernelConfig, programs: int, items_hint: int, on_gpu: bool = True) -> int:
+    """The item split: enough programs for TARGET_WARPS warps (a latency-bound stream needs many warps in flight;
+    the mt.dot path has one warp per 16 rows, so a K3 kernel would otherwise run 224-384 warps on 132 SMs), but no
+    more splits than there can be groups of items (items_hint is an upper bound on the items, e.g. the pairs).
+    Off the GPU (the interpreter runs programs one after another) the default is 1."""
+    if config.splits is not None:
+        return config.splits
+    if not on_gpu:
+        return 1
+    want = -(-TARGET_WARPS // (programs * config.num_warps))
+    return max(1, min(want, -(-items_hint // config.teams)))
+
+
 def _check_config(config: KernelConfig) -> None:
     for name in ("rows", "teams", "blocks"):
         v = getattr(config, name)
@@ -455,9 +542,16 @@ def _check_config(config: KernelConfig) -> None:
         raise ValueError("config.rows must be at least 2 (gate and up rows of a neuron share a program)")
     if config.use_dot and config.teams != 1:
         raise ValueError("the mt.dot path takes teams=1")
+    if config.splits is not None and config.splits < 1:
+        raise ValueError(f"config.splits must be at least 1, got {config.splits}")
 
 
 # ------------------------------------------------------------------------------------------ host API
+
+
+def _full_steps(w: PreparedExperts, config: KernelConfig) -> bool:
+    """Every K step of every lane lies inside the row (no partial block, no lane past the row's end)."""
+    return w.k == w.row_blocks * mxfp4.BLOCK and w.row_blocks % config.blocks == 0
 
 
 def _check_experts(w: PreparedExperts, name: str) -> None:
@@ -477,11 +571,13 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
         config = pick_config(w13.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
     _check_config(config)
     h = torch.empty((routing.n_pairs, I), dtype=torch.float32, device=x.device)
-    grid = (mt.cdiv(I, config.rows // 2),)
+    programs = mt.cdiv(I, config.rows // 2)
+    grid = (programs, pick_splits(config, programs, routing.n_pairs, x.is_cuda))
     gate_up_kernel[grid](x, routing.ids, routing.pairs, routing.first, routing.n_items,
                          w13.blocks, w13.scales, h, routing.n_pairs, routing.topk, D, I, w13.row_blocks,
                          ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
-                         DEDUP=routing.dedup, USE_DOT=config.use_dot, num_warps=config.num_warps)
+                         DEDUP=routing.dedup, USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config),
+                         num_warps=config.num_warps)
     return h
 
 
@@ -498,13 +594,19 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
     if config is None:
         config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
     _check_config(config)
-    out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
-    grid = (mt.cdiv(D, config.rows),)
+    programs = mt.cdiv(D, config.rows)
+    splits = pick_splits(config, programs, routing.n_pairs, h.is_cuda)
+    if splits == 1:  # each output written once, straight in out_dtype
+        out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
+    else:  # fp32 partial sums per split, summed below in a fixed order (deterministic, no atomics)
+        out = torch.empty((splits, routing.batch, D), dtype=torch.float32, device=h.device)
+    grid = (programs, splits)
     down_kernel[grid](h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.blocks,
-                      w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I, w2.row_blocks, ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
+                      w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I, w2.row_blocks,
+                      ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
                       BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
-                      num_warps=config.num_warps)
-    return out
+                      FULL_STEPS=_full_steps(w2, config), num_warps=config.num_warps)
+    return out if splits == 1 else out.sum(dim=0).to(out_dtype)
 
 
 def plan_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, use_dot: bool | None = None,

@@ -560,16 +560,45 @@ class CTA:
         with np.errstate(all="ignore"):
             self.set(ops[0], fn(a, b), t, mask)
 
+    def _packed_half(self, ops: list[str], t: str, fn: Any, mask: np.ndarray) -> None:
+        """`<op>.rn.{bf16x2,f16x2}`: both 16-bit halves computed exactly in f64 and rounded once to the half type
+        (f64 then f16 / bf16 is an innocuous double rounding for add / sub / mul)."""
+        a, b = (self.get(x, "b32").astype(np.uint32) for x in ops[1:3])
+        out = np.zeros(self.n, dtype=np.uint32)
+        for shift in (0, 16):
+            ha, hb = ((v >> np.uint32(shift)) & np.uint32(0xFFFF) for v in (a, b))
+            if t == "bf16x2":
+                x, y = _to_float32(ha).astype(np.float64), _to_float32(hb).astype(np.float64)
+                with np.errstate(all="ignore"):
+                    r = bf16_round(fn(x, y).astype(np.float32))  # f64 -> f32 -> bf16: innocuous double roundings
+                bits = np.asarray(r, np.float32).view(np.uint32) >> np.uint32(16)
+                bits = np.where(np.isnan(r), np.uint32(0x7FFF), bits)
+            else:
+                x, y = ha.astype(np.uint16).view(np.float16), hb.astype(np.uint16).view(np.float16)
+                with np.errstate(all="ignore"):
+                    bits = fn(x.astype(np.float64), y.astype(np.float64)).astype(np.float16).view(np.uint16)
+            out |= bits.astype(np.uint32) << np.uint32(shift)
+        self.set(ops[0], out, "b32", mask)
+
     def op_add(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        if mods[-1] in ("bf16x2", "f16x2"):
+            self._packed_half(ops, mods[-1], np.add, mask)
+            return
         self._binary(ops, mods[-1], np.add, mask)
 
     def op_sub(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        if mods[-1] in ("bf16x2", "f16x2"):
+            self._packed_half(ops, mods[-1], np.subtract, mask)
+            return
         self._binary(ops, mods[-1], np.subtract, mask)
 
     def op_mul(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         t = mods[-1]
         if mods[0] == "wide":
             raise SimError("mul.wide is not emitted")
+        if t in ("bf16x2", "f16x2"):
+            self._packed_half(ops, t, np.multiply, mask)
+            return
         self._binary(ops, t, np.multiply, mask)
 
     def op_mad(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:

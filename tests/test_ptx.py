@@ -238,10 +238,10 @@ def _vadd(dtype: ScalarType, tdtype: torch.dtype, n: int, n_div: int, expect: li
 
 CASES: dict[str, Case] = {
     "vadd_f32_aligned": _vadd(f32, torch.float32, 4096, 16, [r"@%p\d+ ld\.global\.v4\.b32", r"st\.global\.v4\.b32",
-                                                             r"add\.rn\.f32", r"mad\.wide\.s32"]),
+                                                             r"add\.f32", r"mad\.wide\.s32"]),
     "vadd_f32_masked_tail": _vadd(f32, torch.float32, 1000, 1, [r"@%p\d+ ld\.global\.b32", r"@%p\d+ st\.global\.b32"]),
     "vadd_bf16": _vadd(bf16, torch.bfloat16, 4096, 16, [r"ld\.global\.v4\.b32", r"mov\.b32 \{%h\d+, %h\d+\}, %r\d+",
-                                                        r"cvt\.f32\.bf16", r"cvt\.rn\.bf16\.f32",
+                                                        r"add\.rn\.bf16x2",  # packed pairs (HADD2.BF16)
                                                         r"mov\.b32 %r\d+, \{%h\d+, %h\d+\}", r"st\.global\.v4\.b32"]),
     "row_softmax": Case(dsl(row_softmax, {"x_ptr": P(f32), "out_ptr": P(f32), "stride": i32}, {"R": 16, "C": 128},
                             {"x_ptr": 16, "out_ptr": 16, "stride": 16}),
@@ -459,8 +459,32 @@ def test_float_arithmetic_matches_the_interpreter_exactly(t: str, gen: torch.Gen
     for (name, _, _, attrs), w, g_ in zip(ops, want, got):
         assert same_values(g_, w), f"{name} {attrs} on {t}"
     if t == "f32":
-        for instr in ("add.rn.f32", "div.rn.f32", "max.f32", "sqrt.rn.f32", "setp.neu.f32", "cvt.rmi.f32.f32"):
+        for instr in ("add.f32", "div.rn.f32", "max.f32", "sqrt.rn.f32", "setp.neu.f32", "cvt.rmi.f32.f32"):
             assert instr in ptx
+        # f32 add / sub / mul carry no rounding modifier so ptxas may contract them into fma (codegen/elementwise.py)
+        assert "mul.f32" in ptx and "sub.f32" in ptx and "mul.rn.f32" not in ptx
+    if t == "f64":  # f64 stays exact: never contracted
+        assert "add.rn.f64" in ptx and "mul.rn.f64" in ptx
+
+
+@pytest.mark.parametrize("t", ["bf16", "f16"])
+def test_packed_half_pairs_match_the_interpreter_exactly(t: str, gen: torch.Generator) -> None:
+    """add / sub / mul on 16-bit floats run as packed pairs (`mul.rn.bf16x2`, ...): bit-equal to the interpreter's
+    f32 route, over ordinary values and the edges: subnormal results, overflow to inf, inf - inf, NaN, -0.0."""
+    n = 1024
+    tiny, huge = (1e-39, 1e38) if t == "bf16" else (1e-6, 3e4)  # around the subnormal range / the overflow
+    x = random_values(T[t], n, gen).double()
+    y = random_values(T[t], n, gen).double()
+    x[100:300] = torch.randn(200, generator=gen, dtype=torch.float64) * tiny
+    y[200:400] = torch.randn(200, generator=gen, dtype=torch.float64) * huge
+    x[400:420] = float("inf")
+    y[410:420] = float("inf")
+    ops = [(o, [0, 1], t, {}) for o in ("mt.add", "mt.sub", "mt.mul")]
+    want, got, ptx = run_elementwise([t, t], ops, gen, [x.to(TORCH[t]), y.to(TORCH[t])], n=n)
+    for (name, _, _, _), w, g_ in zip(ops, want, got):
+        assert same_values(g_, w), f"{name} on {t}"
+    for instr in ("add", "sub", "mul"):
+        assert f"{instr}.rn.{t}x2" in ptx
 
 
 @pytest.mark.parametrize("src", INTS + FLOATS + ["i1"])

@@ -196,6 +196,42 @@ def test_dsl_dequant_is_bit_exact_for_every_byte(interpret: None) -> None:
     assert torch.equal(scale[:255].double(), exact[:255])  # 0x00 is the subnormal 2**-127, not 0
 
 
+@mt.kernel
+def dequant_probe_bf16(q_ptr, s_ptr, lo_ptr, hi_ptr, scale_ptr, N: mt.constexpr):
+    i = mt.arange(0, N)
+    scale = wd.e8m0_to_bf16(mt.load(s_ptr + i))
+    lo, hi = wd.e2m1_to_bf16(mt.load(q_ptr + i))
+    mt.store(lo_ptr + i, lo * scale)
+    mt.store(hi_ptr + i, hi * scale)
+    mt.store(scale_ptr + i, scale)
+
+
+def test_bf16_dequant_is_bit_exact_interpreted_and_as_ptx() -> None:
+    """The mt.dot path's bf16 dequant (packed HMUL2 pairs in the PTX): every byte's two nibbles times every scale
+    byte, bit-exact against the float64 decode (bf16 subnormals down to 0.5 * 2**-127, -0.0, NaN for 0xFF), both in
+    the interpreter and replayed from the compiled PTX in the simulator (which checks the packed bf16x2 ops)."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from minitriton.ir.types import PointerType, ScalarType
+    every = torch.arange(256, dtype=torch.uint8)
+    scales = every[torch.randperm(256, generator=torch.Generator().manual_seed(3))]  # each scale meets each byte
+    scales[:4] = torch.tensor([0, 1, 254, 255], dtype=torch.uint8)
+    u8, bf = PointerType(ScalarType("ui8")), PointerType(ScalarType("bf16"))
+    make = helpers.dsl(dequant_probe_bf16, {"q_ptr": u8, "s_ptr": u8, "lo_ptr": bf, "hi_ptr": bf, "scale_ptr": bf},
+                       {"N": 256}, divisibility={n: 16 for n in ("q_ptr", "s_ptr", "lo_ptr", "hi_ptr", "scale_ptr")})
+    args = [every, scales] + [torch.full((256,), float("nan"), dtype=torch.bfloat16) for _ in range(3)]
+    exact_scale = mxfp4.e8m0_to_float(scales)
+    table = mxfp4.e2m1_table(torch.float64)
+    for out in (helpers.run_interpreted(make, (1,), args), helpers.run_simulated(make, (1,), args)):
+        lo, hi, scale = out[2:]
+        for got, codes in ((lo, every & 15), (hi, every >> 4)):
+            want = (table[codes.long()] * exact_scale).to(torch.bfloat16)  # exact: 2 significant bits
+            assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()  # 0xFF scales only
+            ok = ~want.isnan()
+            assert torch.equal(got[ok].view(torch.int16), want[ok].view(torch.int16))  # -0.0 and subnormals too
+        assert torch.equal(scale.isnan(), scales == 255)  # NaN exactly for 0xFF; 0x00 is 2**-127, not 0
+        assert torch.equal(scale[scales != 255].double(), exact_scale[scales != 255])
+
+
 # ------------------------------------------------------------------------------------------ routing
 
 
@@ -304,6 +340,51 @@ def test_lane_teams(interpret: None, teams: int) -> None:
     h = wd.gate_up(p.x, routing, w13, cfg)
     out = wd.down(h, routing, w2, torch.float32, cfg)
     assert rel_err(h, ref_h) <= BOUND_CUDA_CORES and rel_err(out, ref_out) <= BOUND_CUDA_CORES
+
+
+@pytest.mark.parametrize("batch, dedup", [(1, False), (3, True)])
+def test_full_steps_unmasked_activation_loads(interpret: None, batch: int, dedup: bool) -> None:
+    """Rows of whole steps (K = 32 * row_blocks, row_blocks a multiple of the blocks per step) take the unmasked
+    activation loads (FULL_STEPS); dead slots (idle teams, items with fewer than NT pairs) must still not leak into
+    the results. D = 256 and I = 128 with 4 lane teams of 8 blocks: 8 and 4 blocks per row, whole steps."""
+    p = Problem(batch, D=256, I=128, E=6, k=3, seed=40 + batch)
+    w13, w2 = p.prepare()
+    ref_out, ref_h = p.reference()
+    routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=False, dedup=dedup)
+    cfg = wd.KernelConfig(False, rows=4, teams=4, blocks=8, num_warps=4)
+    assert wd._full_steps(w13, cfg) and wd._full_steps(w2, wd.KernelConfig(False, 4, 8, 4, 4))
+    h = wd.gate_up(p.x, routing, w13, cfg)
+    out = wd.down(h, routing, w2, torch.float32, wd.KernelConfig(False, rows=4, teams=8, blocks=4, num_warps=4))
+    assert rel_err(h, ref_h) <= BOUND_CUDA_CORES and rel_err(out, ref_out) <= BOUND_CUDA_CORES
+
+
+@pytest.mark.parametrize("use_dot", [False, True])
+@pytest.mark.parametrize("splits", [1, 5])
+def test_item_splits(interpret: None, use_dot: bool, splits: int) -> None:
+    """The item split (grid axis 1): every split count gives the reference results; 5 splits of 7..9 items leave
+    some programs with one group and the down kernel sums the fp32 partials on the host."""
+    p = Problem(4, D=64, I=48, E=5, k=2, seed=60 + splits)
+    w13, w2 = p.prepare()
+    ref_out, ref_h = p.reference()
+    routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=use_dot)
+    base = wd.pick_config(2, routing.n_pairs, use_dot)
+    cfg = wd.KernelConfig(base.use_dot, base.rows, base.teams, base.blocks, base.num_warps, splits=splits)
+    assert wd.pick_splits(cfg, 1, 100) == splits
+    h = wd.gate_up(p.x, routing, w13, cfg)
+    out = wd.down(h, routing, w2, torch.float32, cfg)
+    bound = BOUND_DOT if use_dot else BOUND_CUDA_CORES
+    assert rel_err(h, ref_h) <= bound and rel_err(out, ref_out) <= bound
+
+
+def test_pick_splits_fills_the_gpu() -> None:
+    """K3 shapes: the CUDA-core B = 1 launches already offer >= TARGET_WARPS warps (no split); the one-warp mt.dot
+    programs are split, but never into more splits than there are item groups."""
+    cuda = wd.KernelConfig(False, rows=8, teams=2, blocks=16, num_warps=8)
+    dot = wd.KernelConfig(True, rows=16, teams=1, blocks=8, num_warps=1)
+    assert wd.pick_splits(cuda, 3072 // 4, 16) == 1
+    assert wd.pick_splits(dot, 3584 // 16, 256) == 10 and wd.pick_splits(dot, 3072 // 8, 256) == 6
+    assert wd.pick_splits(dot, 224, 4) == 4
+    assert wd.pick_splits(dot, 224, 256, on_gpu=False) == 1  # the interpreter runs programs one by one
 
 
 def test_scale_bytes_zero_and_nan(interpret: None) -> None:
