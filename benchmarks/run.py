@@ -17,6 +17,7 @@ from .harness import RESULTS_DIR, Row, Table, log
 TABLES: dict[str, str] = {
     "launch": "benchmarks.launch_overhead",
     "bandwidth": "benchmarks.bandwidth",
+    "gemm": "benchmarks.gemm",
     "flash_kda": "benchmarks.bench_flash_kda",
     "warp_decode": "benchmarks.bench_warp_decode",
     "kda_decode": "benchmarks.bench_kda_decode",

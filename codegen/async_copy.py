@@ -6,11 +6,22 @@
   mt.async_copy   per 16-byte run of the pointer tile (the pass gave it a copy layout with 16 / size elements per
                   thread along the rows): `cp.async.cg.shared.global [dst], [src], 16, n;` with n = size * (number
                   of true mask lanes of the run): the pass proved the true lanes come first in every run, and the
-                  hardware zero-fills bytes n .. 15 (n = 0: no global read, 16 zero bytes)
+                  hardware zero-fills bytes n .. 15 (n = 0: no global read, 16 zero bytes); with attr
+                  `uniform_runs` (the lanes of a run agree) n = 16 or 0 from the run's first lane
   mt.async_commit `cp.async.commit_group;`
   mt.async_wait   `cp.async.wait_group N;` then `bar.sync` (other threads' copies become visible, and every read
                   of the slot the next copy overwrites — made in the previous iteration — is finished)
   mt.local_load   ld.shared of the slot in the result's layout (16-byte vectors where the registers allow)
+  mt.ring_slot    the slot's address (a view a wgmma dot reads in place)
+
+Rings laid out as wgmma operands (`#mt.shared<{swizzle = S, order = [1, 0], operand = 0 | 1, stages}>`, passes/
+pipeline.py): each 16-byte copy goes to where codegen/wgmma.py's `operand_offset` puts its first element (the
+offset is GF(2)-linear in the coordinates: the thread's part once, in the prologue, XORed with each run's), the
+ring is 1024-byte aligned (the 128B swizzle atom), and mt.async_wait adds `fence.proxy.async.shared::cta` between
+the wait and the bar.sync (cp.async writes through the generic proxy, wgmma reads through the async one). A ring
+with attr `dynamic_offset` lives in the kernel's dynamic shared memory (`.extern .shared .align 1024 .b8 mt_dyn[]`,
+at that offset from mt_dyn rounded up to 1024 bytes; the pass sized it, alignment slack included, in the func
+attr `dynamic_shared_memory`) instead of a static variable of its own.
 """
 from __future__ import annotations
 
@@ -20,20 +31,54 @@ from minitriton.ir.types import ScalarType, TensorType
 
 from .context import KernelContext
 from .mma import store_width
+from .wgmma import ALIGN, _linear, operand_offset, possible_bits
 
 COPY_BYTES = 16
+
+
+DYNAMIC = "mt_dyn"
 
 
 def lower_alloc_ring(ctx: KernelContext, op: Operation) -> None:
     t: TensorType = op.result.type  # type: ignore[assignment]
     enc = t.encoding
-    if enc is not None and (enc.kind != "shared" or enc.get("swizzle", 0) != 0 or tuple(enc.get("order", (1, 0)))
-                            != (1, 0) or len(t.shape) != 3):
+    operand = _wgmma_operand(t)
+    if enc is not None and operand is None and (enc.kind != "shared" or enc.get("swizzle", 0) != 0 or tuple(
+            enc.get("order", (1, 0))) != (1, 0) or len(t.shape) != 3):
         raise ctx.error(f"rings are laid out row-major and unswizzled (#mt.shared<{{swizzle = 0, order = [1, 0]}}>), "
-                        f"got {t}")
+                        f"or as wgmma operands (operand = 0 | 1), got {t}")
+    if operand is not None:
+        ctx.async_proxy_rings = True  # type: ignore[attr-defined]
+    if "dynamic_offset" in op.attrs:
+        if not any(DYNAMIC in d for d in ctx.shared_decls):
+            ctx.shared_decls.append(f".extern .shared .align {ALIGN} .b8 {DYNAMIC}[];")
+        offset = int(op.attrs["dynamic_offset"])
+        ctx.bind(op.result, [ctx.in_prologue(("ring", DYNAMIC, offset), "b32",
+                                             f"add.u32 {{d}}, {_dynamic_base(ctx)}, {offset};")])
+        return
     name = f"mt_ring{sum(1 for d in ctx.shared_decls if 'mt_ring' in d)}"
-    ctx.shared_decls.append(f".shared .align 128 .b8 {name}[{t.numel * t.scalar.bytes}];")  # type: ignore[union-attr]
+    align = ALIGN if operand is not None else 128
+    ctx.shared_decls.append(f".shared .align {align} .b8 {name}[{t.numel * t.scalar.bytes}];")  # type: ignore
     ctx.bind(op.result, [ctx.in_prologue(("ring", name), "b32", f"mov.u32 {{d}}, {name};")])
+
+
+def _dynamic_base(ctx: KernelContext) -> str:
+    """mt_dyn rounded up to ALIGN (the swizzle is applied to absolute address bits: the pass reserved ALIGN bytes
+    more than the rings need, so the alignment does not rest on where the driver puts dynamic shared memory)."""
+    raw = ctx.in_prologue(("dyn", DYNAMIC), "b32", f"mov.u32 {{d}}, {DYNAMIC};")
+    bumped = ctx.in_prologue(("dyn+", DYNAMIC), "b32", f"add.u32 {{d}}, {raw}, {ALIGN - 1};")
+    return ctx.in_prologue(("dyn_aligned", DYNAMIC), "b32", f"and.b32 {{d}}, {bumped}, {-ALIGN & 0xFFFFFFFF:#x};")
+
+
+def _wgmma_operand(t: TensorType) -> int | None:
+    enc = t.encoding
+    if enc is None or enc.kind != "shared" or enc.get("operand") not in (0, 1):
+        return None
+    return int(enc.get("operand"))
+
+
+def lower_ring_slot(ctx: KernelContext, op: Operation) -> None:
+    ctx.bind(op.result, [_slot_base(ctx, op.operands[0], op.operands[1])])
 
 
 def _slot_base(ctx: KernelContext, ring: Value, slot: Value) -> str:
@@ -63,13 +108,67 @@ def lower_async_copy(ctx: KernelContext, op: Operation) -> None:
     ptrs = ctx.get(ptr)
     masks = ctx.get(op.operands[3]) if len(op.operands) > 3 else None
     owner = ctx.owner_pred(tmap)
-    addr = _thread_addr(ctx, _slot_base(ctx, ring, slot), tmap, cols, size)
-    for group in groups:
-        row, col = tmap.reg_offsets[group[0]]
-        src_size = _src_size(ctx, [masks[r] for r in group] if masks else None, size)
+    operand = _wgmma_operand(ring.type)  # type: ignore[arg-type]
+    if operand is not None:
+        dst = _operand_destinations(ctx, _slot_base(ctx, ring, slot), tmap, groups, operand, ring.type)
+    else:
+        addr = _thread_addr(ctx, _slot_base(ctx, ring, slot), tmap, cols, size)
+        dst = [f"{addr}+{size * (row * cols + col)}" for row, col in (tmap.reg_offsets[g[0]] for g in groups)]
+    uniform = bool(op.attrs.get("uniform_runs", False))  # the pass proved each run's lanes agree
+    for group, at in zip(groups, dst):
+        run = [masks[r] for r in (group[:1] if uniform else group)] if masks else None
+        src_size = _src_size(ctx, run, size) if run is None or not uniform else _whole_or_none(ctx, run[0])
         guard = f"@{owner} " if owner else ""
-        ctx.emit(f"{guard}cp.async.cg.shared.global [{addr}+{size * (row * cols + col)}], [{ptrs[group[0]]}], "
-                 f"{COPY_BYTES}, {src_size};")
+        ctx.emit(f"{guard}cp.async.cg.shared.global [{at}], [{ptrs[group[0]]}], {COPY_BYTES}, {src_size};")
+
+
+def _operand_destinations(ctx: KernelContext, slot_base: str, tmap: ThreadMap, groups: list[list[int]],
+                          operand: int, ring_t: TensorType) -> list[str]:
+    """The shared address of each 16-byte run in a slot laid out as wgmma operand `operand`."""
+    offset = operand_offset(operand, tuple(ring_t.shape[1:]), ring_t.encoding.get("swizzle"),  # type: ignore
+                            ctx.num_warps)
+    bits = (possible_bits(tmap, 0), possible_bits(tmap, 1))
+    base = _linear(ctx, [ctx.dim_base(tmap.dims[d]) for d in (0, 1)], bits, offset)
+    start = ctx.new("b32")
+    ctx.emit(f"add.u32 {start}, {slot_base}, {base};")
+    out = []
+    for group in groups:
+        off = tmap.reg_offsets[group[0]]
+        if all(bits[d] & off[d] == 0 for d in (0, 1)):  # base + off == base ^ off: offset(base) ^ offset(off)
+            if offset(off[0], off[1]) & int(_max_offset(ctx, bits, offset)):  # overlapping bits: XOR, not add
+                moved, addr = ctx.new("b32"), ctx.new("b32")
+                ctx.emit(f"xor.b32 {moved}, {base}, {offset(off[0], off[1])};")
+                ctx.emit(f"add.u32 {addr}, {slot_base}, {moved};")
+                out.append(addr)
+            else:
+                out.append(f"{start}+{offset(off[0], off[1])}")
+            continue
+        coords = []
+        for d in (0, 1):
+            c = ctx.new("b32")
+            ctx.emit(f"add.u32 {c}, {ctx.dim_base(tmap.dims[d])}, {off[d]};")
+            coords.append(c)
+        moved = _linear(ctx, coords, (tmap.shape[0] - 1, tmap.shape[1] - 1), offset, in_body=True)
+        addr = ctx.new("b32")
+        ctx.emit(f"add.u32 {addr}, {slot_base}, {moved};")
+        out.append(addr)
+    return out
+
+
+def _max_offset(ctx: KernelContext, bits: tuple[int, int], offset) -> int:  # type: ignore[no-untyped-def]
+    """The bits the thread-dependent part of an offset may have set (OR over its GF(2) basis)."""
+    acc = 0
+    for d in (0, 1):
+        for b in range(bits[d].bit_length()):
+            if bits[d] >> b & 1:
+                acc |= offset(1 << b, 0) if d == 0 else offset(0, 1 << b)
+    return acc
+
+
+def _whole_or_none(ctx: KernelContext, pred: str) -> str:
+    n = ctx.new("b32")
+    ctx.emit(f"selp.u32 {n}, {COPY_BYTES}, 0, {pred};")
+    return n
 
 
 def _src_size(ctx: KernelContext, preds: list[str] | None, size: int) -> str:
@@ -96,6 +195,8 @@ def lower_async_commit(ctx: KernelContext, op: Operation) -> None:
 
 def lower_async_wait(ctx: KernelContext, op: Operation) -> None:
     ctx.emit(f"cp.async.wait_group {int(op.attrs['pending'])};")
+    if getattr(ctx, "async_proxy_rings", False):  # a wgmma reads the slots through the async proxy
+        ctx.emit("fence.proxy.async.shared::cta;")
     ctx.barrier()
 
 

@@ -26,6 +26,19 @@ the async proxy the wgmma reads through); `bar.sync`; the accumulator copied int
 Descriptors (hopper_ptx.md 2.4): `make_descriptor`: start address >> 4 in bits 0-13, LBO 1 (unused when K-major
 swizzled), SBO = 8 * S >> 4 in bits 32-45, swizzle mode in bits 62-63 (1 = 128B, 2 = 64B, 3 = 32B). Stepping K by
 16 inside a swizzle row adds 32 bytes to the start address (the hardware applies the swizzle to the address).
+Ring slots (passes/pipeline.py, `mt.ring_slot`): a slot whose `#mt.shared` encoding has `operand = 0 | 1` is laid
+out as the wgmma operand by the cp.async copies themselves (codegen/async_copy.py, `operand_offset`), so the dot
+reads it in place: no staging, no barrier of its own (the ring's mt.async_wait published it, with the proxy fence).
+  A (operand 0, M x K, K contiguous): exactly the staged A layout above (K-major, rows permuted).
+  B (operand 1, K x N, N contiguous): MN-major, S-byte swizzle: N / (S / 2) column atoms of K rows x S bytes, LBO
+  = K * S bytes apart (the next S / 2 columns), k-rows S bytes apart, 8-row groups SBO = 8 * S apart (CuTe's
+  canonical ((T, S/16, m), (8, k)) : ((1, T, LBO), (S/16 T, SBO)) in 16-byte units); byte offset of (k, n):
+  swizzled((n // (S/2)) * K * S + k * S + (n % (S/2)) * 2). The wgmma takes it with imm-trans-b = 1; K step kk
+  starts 16 * kk * S bytes in, n-block nb at (nb * Ni / (S/2)) * K * S.
+Asynchronous dots: an mt.dot with attr `async_groups = G` ends with `wgmma.wait_group G` instead of 0, then
+`bar.sync` (every warpgroup's older groups retired: the ring slots they read may be rewritten; its result is in
+flight; the pass puts an `mt.dot_wait {pending = 0}` (`wgmma.wait_group 0`) before anything reads it). Its
+accumulator is updated in place (d = c's registers: no mov may touch registers a wgmma in flight owns).
 Accumulator fragment of m64nNk16 (`d_fragment`): thread (warp w of the warpgroup, lane = 4 g + t) holds N / 2 f32,
 register j at row 16 w + 8 ((j >> 1) & 1) + g, column 8 (j >> 2) + 2 t + (j & 1).
 """
@@ -49,6 +62,28 @@ Offset = Callable[[int, int], int]
 
 
 # ------------------------------------------------------------------------------------------- pure maps
+
+
+def make_descriptor_mn(addr: int, swizzle: int, k_extent: int) -> int:
+    """The descriptor of an MN-major, `swizzle`-byte swizzled operand (column atoms of k_extent rows x swizzle
+    bytes): LBO = k_extent * swizzle (next column atom), SBO = 8 * swizzle (next 8 k-rows)."""
+    return (((addr & 0x3FFFF) >> 4) | (((k_extent * swizzle) >> 4) << 16) | (((8 * swizzle) >> 4) << 32)
+            | (SWIZZLE_MODE[swizzle] << 62))
+
+
+def operand_offset(operand: int, shape: tuple[int, ...], swizzle: int, num_warps: int) -> Offset:
+    """Byte offset of element (row, col) in a ring slot laid out as wgmma operand `operand` (module docstring)."""
+    rows, cols = shape[0], shape[1]
+    if operand == 0:
+        def a_offset(row: int, k: int) -> int:
+            tile, hw_row = a_tile_row(row, num_warps)
+            return tile_offset(tile, hw_row, k, 64, cols, swizzle)
+        return a_offset
+    atom = swizzle // 2
+
+    def b_offset(k: int, n: int) -> int:
+        return swizzled((n // atom) * rows * swizzle + k * swizzle + (n % atom) * 2, swizzle)
+    return b_offset
 
 
 def make_descriptor(addr: int, swizzle: int) -> int:
@@ -132,12 +167,69 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
     n_instr = enc.get("instrShape")[1]
     (m, k), n = a_v.type.shape, b_v.type.shape[1]
     t = a_v.type.scalar.name  # type: ignore[union-attr]
-    a_src, b_src = _allocated(ctx, a_v), _allocated(ctx, b_v)
-    swizzle = _swizzle_of(ctx, a_v, 1)
-    if _swizzle_of(ctx, b_v, 0) != swizzle:
+    a_slot, b_slot = _slot_of(a_v, 0), _slot_of(b_v, 1)
+    staged = []
+    if a_slot is None or b_slot is None:
+        staged = _stage_operands(ctx, a_v if a_slot is None else None, b_v if b_slot is None else None,
+                                 num_warps, n_instr)
+    c_map = ctx.tmap(op.result)
+    c_regs = ctx.get(c_v)
+    in_place = "async_groups" in op.attrs  # the accumulator stays in c's registers (nothing may move them)
+    out = [""] * c_map.num_regs
+    blocks = []
+    for rep in range(m // (16 * num_warps)):
+        for nb in range(n // n_instr):
+            idx = d_registers(c_map, num_warps, n_instr, rep, nb)
+            if in_place:
+                d = [c_regs[i] for i in idx]
+            else:
+                d = [ctx.new("f32") for _ in idx]
+                for reg, i in zip(d, idx):
+                    ctx.emit(f"mov.f32 {reg}, {c_regs[i]};")
+            blocks.append((rep, nb, idx, d))
+    a_desc, a_step = _a_descriptor(ctx, a_v, a_slot, staged, num_warps, k)
+    b_desc, b_step, trans_b = _b_descriptor(ctx, b_v, b_slot, staged, n_instr, k)
+    ctx.emit("wgmma.fence.sync.aligned;")
+    for rep, nb, idx, d in blocks:
+        for kk in range(k // 16):
+            da = _descriptor(ctx, a_desc, a_step(rep, kk))
+            db = _descriptor(ctx, b_desc, b_step(nb, kk))
+            ctx.emit(f"wgmma.mma_async.sync.aligned.m64n{n_instr}k16.f32.{t}.{t} {{{', '.join(d)}}}, {da}, {db}, "
+                     f"1, 1, 1, 0, {trans_b};")
+        for i, reg in zip(idx, d):
+            out[i] = reg
+    ctx.emit("wgmma.commit_group.sync.aligned;")
+    ctx.emit(f"wgmma.wait_group.sync.aligned {int(op.attrs.get('async_groups', 0))};")
+    if in_place:
+        ctx.barrier()  # every warpgroup's older groups retired: the slots they read may be rewritten
+    ctx.bind(op.result, out)
+
+
+def lower_dot_wait(ctx: KernelContext, op: Operation) -> None:
+    ctx.emit(f"wgmma.wait_group.sync.aligned {int(op.attrs['pending'])};")
+
+
+def _slot_of(v: Value, operand: int) -> Value | None:
+    """v when it is a ring slot laid out as wgmma operand `operand` (read in place), else None (staged)."""
+    op = v.defining_op
+    enc = v.type.encoding  # type: ignore[union-attr]
+    if op is not None and op.name == "mt.ring_slot" and enc is not None and enc.get("operand") == operand:
+        return v
+    return None
+
+
+def _stage_operands(ctx: KernelContext, a_v: Value | None, b_v: Value | None, num_warps: int,
+                    n_instr: int) -> list[int]:
+    """Stage the register operands (those given) into the scratch buffer; [swizzle, b_base]."""
+    v = a_v if a_v is not None else b_v
+    assert v is not None
+    k = v.type.shape[1] if v is a_v else v.type.shape[0]  # type: ignore[union-attr]
+    swizzle = _swizzle_of(ctx, a_v, 1) if a_v is not None else _swizzle_of(ctx, b_v, 0)  # type: ignore[arg-type]
+    if a_v is not None and b_v is not None and _swizzle_of(ctx, b_v, 0) != swizzle:
         raise ctx.error("wgmma operands with different swizzles")
-    a_bytes = m * k * 2
-    b_base = (a_bytes + ALIGN - 1) // ALIGN * ALIGN
+    m = a_v.type.shape[0] if a_v is not None else 0  # type: ignore[union-attr]
+    n = b_v.type.shape[1] if b_v is not None else 0  # type: ignore[union-attr]
+    b_base = (m * k * 2 + ALIGN - 1) // ALIGN * ALIGN
     ctx.need_smem(b_base + n * k * 2)
     ctx.smem_align = max(getattr(ctx, "smem_align", 16), ALIGN)
 
@@ -149,36 +241,55 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
         return tile_offset(col // n_instr, col % n_instr, kk, n_instr, k, swizzle)
 
     ctx.barrier()
-    _stage(ctx, a_src, a_offset, 0, k_dim=1)
-    _stage(ctx, b_src, b_offset, b_base, k_dim=0)
+    if a_v is not None:
+        _stage(ctx, _allocated(ctx, a_v), a_offset, 0, k_dim=1)
+    if b_v is not None:
+        _stage(ctx, _allocated(ctx, b_v), b_offset, b_base, k_dim=0)
     ctx.emit("fence.proxy.async.shared::cta;")
     ctx.barrier()
-    c_map = ctx.tmap(op.result)
-    c_regs = ctx.get(c_v)
-    out = [""] * c_map.num_regs
-    blocks = []
-    for rep in range(m // (16 * num_warps)):
-        for nb in range(n // n_instr):
-            idx = d_registers(c_map, num_warps, n_instr, rep, nb)
-            d = [ctx.new("f32") for _ in idx]
-            for reg, i in zip(d, idx):
-                ctx.emit(f"mov.f32 {reg}, {c_regs[i]};")
-            blocks.append((rep, nb, idx, d))
-    desc_a = _descriptor_base(ctx, swizzle, num_warps, 64 * k * 2, 0)
-    desc_b = _descriptor_base(ctx, swizzle, 0, 0, b_base)
-    ctx.emit("wgmma.fence.sync.aligned;")
-    for rep, nb, idx, d in blocks:
-        for kk in range(k // 16):
-            a_tile = rep * (num_warps // WARPGROUP_WARPS)
-            da = _descriptor(ctx, desc_a, descriptor_offset(a_tile, kk, 64, k, swizzle))
-            db = _descriptor(ctx, desc_b, descriptor_offset(nb, kk, n_instr, k, swizzle))
-            ctx.emit(f"wgmma.mma_async.sync.aligned.m64n{n_instr}k16.f32.{t}.{t} {{{', '.join(d)}}}, {da}, {db}, "
-                     f"1, 1, 1, 0, 0;")
-        for i, reg in zip(idx, d):
-            out[i] = reg
-    ctx.emit("wgmma.commit_group.sync.aligned;")
-    ctx.emit("wgmma.wait_group.sync.aligned 0;")
-    ctx.bind(op.result, out)
+    return [swizzle, b_base]
+
+
+def _slot_descriptor(ctx: KernelContext, addr: str, const: int) -> str:
+    """The descriptor of the shared address in register `addr` (in the body: a slot moves every iteration)."""
+    masked, wide, desc = ctx.new("b32"), ctx.new("b64"), ctx.new("b64")
+    ctx.emit(f"bfe.u32 {masked}, {addr}, 4, 14;")
+    ctx.emit(f"cvt.u64.u32 {wide}, {masked};")
+    ctx.emit(f"or.b64 {desc}, {wide}, {const:#x};")
+    return desc
+
+
+def _a_descriptor(ctx: KernelContext, a_v: Value, slot: Value | None, staged: list[int], num_warps: int,
+                  k: int) -> tuple[str, Callable[[int, int], int]]:
+    """A's descriptor (the warpgroup's tile) and the byte offset of (m-block, K step) from it."""
+    tile_bytes = 64 * k * 2
+    if slot is None:
+        swizzle = staged[0]
+        base = _descriptor_base(ctx, swizzle, num_warps, tile_bytes, 0)
+    else:
+        swizzle = slot.type.encoding.get("swizzle")  # type: ignore[union-attr]
+        addr = ctx.get(slot)[0]
+        if num_warps > WARPGROUP_WARPS:
+            wg = ctx._pro("warpgroup", "b32", f"shr.u32 {{d}}, {ctx.warp}, {log2(WARPGROUP_WARPS)};")
+            moved = ctx.new("b32")
+            ctx.emit(f"mad.lo.u32 {moved}, {wg}, {tile_bytes}, {addr};")
+            addr = moved
+        base = _slot_descriptor(ctx, addr, make_descriptor(0, swizzle))
+    per_rep = num_warps // WARPGROUP_WARPS
+    return base, lambda rep, kk: descriptor_offset(rep * per_rep, kk, 64, k, swizzle)
+
+
+def _b_descriptor(ctx: KernelContext, b_v: Value, slot: Value | None, staged: list[int], n_instr: int,
+                  k: int) -> tuple[str, Callable[[int, int], int], int]:
+    """B's descriptor, the byte offset of (n-block, K step) from it, and imm-trans-b (1: MN-major)."""
+    if slot is None:
+        swizzle, b_base = staged
+        base = _descriptor_base(ctx, swizzle, 0, 0, b_base)
+        return base, lambda nb, kk: descriptor_offset(nb, kk, n_instr, k, swizzle), 0
+    swizzle = slot.type.encoding.get("swizzle")  # type: ignore[union-attr]
+    base = _slot_descriptor(ctx, ctx.get(slot)[0], make_descriptor_mn(0, swizzle, k))
+    atom = swizzle // 2
+    return base, lambda nb, kk: (nb * n_instr // atom) * k * swizzle + 16 * kk * swizzle, 1
 
 
 def _allocated(ctx: KernelContext, v: Value) -> Value:

@@ -23,7 +23,10 @@ and rewrites the dot (`A: tensor<64x32xbf16, #blocked>` etc.) into
              %d  = mt.dot %a2, %b2, %acc : -> #mt.mma<{version = 3, warpsPerCTA = [num_warps, 1],
                                                       instrShape = [16, min(N, 256), 16]}>
 
-with S = min(128, 2 * K) bytes (the widest swizzle atom the K extent fills). The operand ops are placed right
+with S = min(128, 2 * K) bytes (the widest swizzle atom the K extent fills). The shared-memory budget of a wgmma
+applies to staging its operands: when both are K-loop loads the "pipeline" pass will put in rings (its own
+candidate test, passes/pipeline.py), the dot reads the ring slots in place instead and the larger budget of the
+rings (dynamic shared memory, pipeline.DYNAMIC_BUDGET for two stages) applies. The operand ops are placed right
 after the operand's definition (so a loop-invariant operand is converted once, outside the loop).
 
 The accumulator layout should not stop at the dot: an accumulator carried through a K loop must stay in the mma
@@ -84,7 +87,7 @@ def lower_dots(func: Operation) -> bool:
     for op in func.walk():
         if op.name == "mt.dot":
             _check_not_lowered(func, op)
-            choice = choose(op, num_warps, prefer)
+            choice = choose(op, num_warps, prefer, operands_in_rings(func, op))
             if choice is not None:
                 chosen[op] = choice
     if not chosen:
@@ -106,14 +109,32 @@ def lower_dots(func: Operation) -> bool:
 # ---------------------------------------------------------------------------------------------- choice
 
 
-def choose(op: Operation, num_warps: int, prefer: str = "auto") -> DotChoice | None:
-    """The tensor-core instruction for `op` (None: CUDA cores)."""
+def operands_in_rings(func: Operation, op: Operation) -> bool:
+    """Whether both operands of the dot are loads the pipeline pass will turn into ring copies (a wgmma then reads
+    them in place: no staging buffer)."""
+    from .axis_info import AxisAnalysis
+    from .pipeline import would_ring
+
+    loads = [v.defining_op for v in op.operands[:2]]
+    if any(ld is None or ld.name != "mt.load" for ld in loads):
+        return False
+    loop = loads[0].parent_op  # type: ignore[union-attr]
+    if loop is None or loop.name != "scf.for" or loads[1].parent_op is not loop:  # type: ignore[union-attr]
+        return False
+    if int(loop.attrs.get("num_stages", func.attrs.get("num_stages", 0))) < 2:
+        return False
+    analysis = AxisAnalysis(func)
+    return all(would_ring(func, loop, ld, analysis) for ld in loads)  # type: ignore[arg-type]
+
+
+def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool = False) -> DotChoice | None:
+    """The tensor-core instruction for `op` (None: CUDA cores); `in_rings`: wgmma would read ring slots in place."""
     a, b = op.operands[0].type, op.operands[1].type
     (m, k), n = a.shape, b.shape[1]
     tf32 = a.scalar.name == "f32" and op.attrs.get("input_precision") == "tf32"  # type: ignore[union-attr]
     if prefer == "fma" or not (tf32 or a.scalar.name in TENSOR_CORE_TYPES):  # type: ignore[union-attr]
         return None
-    if not tf32 and prefer in ("auto", "wgmma") and fits_wgmma(m, n, k, num_warps):
+    if not tf32 and prefer in ("auto", "wgmma") and fits_wgmma(m, n, k, num_warps, in_rings):
         return _wgmma_choice(m, n, k, num_warps)
     if prefer in ("auto", "mma"):
         k_width = 1 if tf32 else K_WIDTH
@@ -124,11 +145,18 @@ def choose(op: Operation, num_warps: int, prefer: str = "auto") -> DotChoice | N
     return None
 
 
-def fits_wgmma(m: int, n: int, k: int, num_warps: int) -> bool:
-    """Whether `wgmma.mma_async m64nNk16` tiles an m x n x k dot of 16-bit operands on num_warps warps."""
+def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False) -> bool:
+    """Whether `wgmma.mma_async m64nNk16` tiles an m x n x k dot of 16-bit operands on num_warps warps (operands
+    staged per dot, or read in place from two or more ring stages when `in_rings`)."""
+    from .pipeline import DYNAMIC_BUDGET
+
     staged = (m + n) * k * 2 + 1024  # both operands at once, the second one 1024-byte aligned
+    budget = SMEM_BUDGET
+    if in_rings:
+        # 2 stages, and the static scratch buffer for the epilogue (the codegen keeps it within the static limit)
+        staged, budget = 2 * (m + n) * k * 2 + min(m * (4 * n + 16), SMEM_BUDGET), DYNAMIC_BUDGET
     return (num_warps % 4 == 0 and m % (16 * num_warps) == 0 and n % 8 == 0 and k % 16 == 0
-            and staged <= SMEM_BUDGET)
+            and staged <= budget)
 
 
 def mma_v2_warps(m: int, n: int, k: int, num_warps: int, k_width: int = K_WIDTH) -> list[int] | None:

@@ -4,8 +4,8 @@ a `num_stages`-deep ring of shared-memory slots, issued num_stages - 1 iteration
 Runs after "dot-lowering" (it also works on tile IR without layouts). It rewrites an `scf.for` (lb, ub, step) whose
 body block holds `mt.load`s of this form (the candidates):
 
-  %a = mt.load %p, %mask, %zero      %p a carried value advanced by `mt.addptr %p, %inc` in its yield, %inc
-                                     loop-invariant; %mask (optional) computed from the induction variable and
+  %a = mt.load %p, %mask, %zero      %p a carried value (or a convert_layout of one) advanced by
+                                     `mt.addptr %p, %inc` in its yield, %inc loop-invariant; %mask (optional) computed from the induction variable and
                                      loop-invariant values only; `other` absent or the constant 0 (cp.async zero-fills)
   ... %a used only as operand a / b of mt.dot (directly, or through the mt.convert_layout / mt.local_alloc that
       stages it for the dot)
@@ -22,17 +22,37 @@ address 16-byte aligned), into (S = num_stages; iteration j's values written _j;
       ... the old body ...;  yield ..., mt.addptr %pf, %inc
   mt.async_wait {pending = 0}                                           epilogue: drain the last (empty) groups
 
-On IR with layouts the copies use a copy layout (blocked, 16 / element-size elements per thread along the rows, so
-each thread issues whole 16-byte cp.async): the initial pointers and increments are converted to it once, before
-the loop; the masks' index math is recomputed in it (a convert_layout only when it is not simple index math).
+A copy whose mask axis analysis proves constant over each 16-byte run gets attr `uniform_runs` (the codegen reads
+one lane's predicate per run). On IR with layouts the copies use a copy layout (blocked, 16 / element-size
+elements per thread along the rows, so each thread issues whole 16-byte cp.async): the initial pointers and
+increments are converted to it once, before the loop; the masks' index math is recomputed in it (through tiling's
+convert_layouts; a convert_layout only when it is not simple index math).
 
 Copies past the end of the loop are fully masked (they write zeros and read nothing), so every iteration commits
 exactly one group and the wait count is constant. Slot (i+S-1) % S is the one read in iteration i-1, so it is
 rewritten only after its last read (the codegen puts a barrier between a slot's reads and its next copy).
 
+Slots read in place by wgmma (the Hopper main loop). When every candidate load of the loop feeds wgmma dots only
+(through the mt.local_alloc dot-lowering put in front of them: 16-bit elements, a #mt.mma version 3 result), the
+rings are laid out as the wgmma operands (`#mt.shared<{swizzle = S, order = [1, 0], operand = 0 | 1, stages}>`:
+A K-major, B MN-major, S = min(128, 2 x the contiguous extent); codegen/wgmma.py) and the dot reads the slot:
+
+  %a = mt.ring_slot %ring[i % S] : #mt.shared<{swizzle = S, order = [1, 0], operand = 0}>   replaces the load and
+                                                                                            its mt.local_alloc
+and, when the loop holds exactly one dot, both of whose operands are such slots and whose accumulator is only
+carried (block arg -> dot -> yield), the dot becomes asynchronous: attr `async_groups = 1` (wgmma.wait_group 1 then a barrier: every warpgroup's dot of the
+previous iteration retired, this one still runs), an `mt.dot_wait {pending = 0}` follows the loop, and the
+steady-state copies (into slot (i + S - 1) % S, the one iteration i - 1 read) move to right after the dot. Such a
+loop carries no prefetch pointers: they are recomputed as %p_0 + (i + S - 1) * %inc (i64 offsets), since a carried
+pointer tile keeps every lane's pointer live across the loop while the copies use one per 16 bytes. These
+rings may exceed the static limit: they then go to dynamic shared memory (attr `dynamic_offset` on mt.alloc_ring,
+func attr `dynamic_shared_memory` their total plus RING_ALIGN of alignment slack), within DYNAMIC_BUDGET less
+the static scratch estimate.
+
 num_stages: the func attr `num_stages` (the compiler sets it from the launch option, default 3), overridden by an
-int attr `num_stages` on the scf.for. The rings live in static shared memory next to the codegen's scratch buffer:
-when S rings do not fit SMEM_BUDGET with an estimate of the scratch the loop's dots need, S is lowered (down to 2).
+int attr `num_stages` on the scf.for. Other rings live in static shared memory next to the codegen's scratch
+buffer: when S rings do not fit SMEM_BUDGET (DYNAMIC_BUDGET for in-place rings) with an estimate of the scratch
+the loop's dots need, S is lowered (down to 2).
 With num_stages < 2, no candidate load, or no room for two stages, the loop stays unchanged.
 """
 from __future__ import annotations
@@ -40,7 +60,7 @@ from __future__ import annotations
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.layouts import blocked_for_shape, slice_of
 from minitriton.ir.ops import OPS
-from minitriton.ir.types import LayoutAttr, ScalarType, TensorType, i1, layout, with_scalar
+from minitriton.ir.types import LayoutAttr, ScalarType, TensorType, i1, i64, layout, with_scalar
 
 from .axis_info import AxisAnalysis
 from .dce import eliminate_dead_code
@@ -50,6 +70,9 @@ DEFAULT_STAGES = 3
 # Static shared memory of a kernel (codegen/context.py SMEM_LIMIT): the rings and the codegen's scratch buffer share it.
 SMEM_BUDGET = 48 * 1024
 COPY_BYTES = 16  # cp.async.cg copies 16 bytes
+# Shared memory an sm_90 block may use (227 KB) less what the codegen's scratch buffer and alignment may take.
+DYNAMIC_BUDGET = 227 * 1024
+RING_ALIGN = 1024  # the 128B swizzle atom
 STAGING_OPS = ("mt.convert_layout", "mt.local_alloc")
 
 
@@ -67,6 +90,7 @@ def pipeline_function(func: Operation) -> bool:
     default = int(func.attrs.get("num_stages", DEFAULT_STAGES))
     analysis = None
     rings = 0  # bytes of the rings already placed in this kernel
+    dynamic = 0  # bytes of the rings read in place by wgmma (1024-aligned)
     changed = False
     for loop in [op for op in func.walk() if op.name == "scf.for"]:
         stages = int(loop.attrs.get("num_stages", default))
@@ -78,31 +102,94 @@ def pipeline_function(func: Operation) -> bool:
         if not loads:
             continue
         per_stage = sum(_tile_bytes(load.result.type) for load in loads)  # type: ignore[arg-type]
+        direct = [_direct_operand(func, load) for load in loads]
+        if all(d is not None for d in direct):
+            while stages >= 2 and dynamic + stages * per_stage + RING_ALIGN + _scratch_estimate(loop, direct=True) \
+                    > DYNAMIC_BUDGET:
+                stages -= 1
+            if stages >= 2:
+                dynamic += _pipeline_loop(loop, loads, stages, direct, dynamic,  # type: ignore[arg-type]
+                                          _uniform_runs(analysis, loads))
+                changed = True
+            continue
         while stages >= 2 and rings + stages * per_stage + _scratch_estimate(loop) > SMEM_BUDGET:
             stages -= 1  # a shallower ring rather than none
         if stages >= 2:
-            _pipeline_loop(loop, loads, stages)
+            _pipeline_loop(loop, loads, stages, [None] * len(loads), 0, _uniform_runs(analysis, loads))
             rings += stages * per_stage
             changed = True
+    _place_rings(func, rings)
     return changed
+
+
+def _uniform_runs(analysis: AxisAnalysis, loads: list[Operation]) -> list[bool]:
+    """Per load: whether its mask is constant over every 16-byte run (axis analysis), so a copy's src-size is 16
+    or 0 from one lane's predicate (attr `uniform_runs` on its mt.async_copy ops)."""
+    return [len(ld.operands) > 1 and analysis.info(ld.operands[1]).constancy[-1] % _chunk(ld) == 0 for ld in loads]
+
+
+def _place_rings(func: Operation, static_rings: int) -> None:
+    """Rings read in place go to dynamic shared memory when, with the other rings and the scratch estimate, they
+    would not fit the static limit; static otherwise (the PTX simulator and small kernels keep plain variables)."""
+    allocs = [op for op in func.walk() if op.name == "mt.alloc_ring" and "planned_offset" in op.attrs]
+    if not allocs:
+        return
+    total = max(int(op.attrs["planned_offset"]) + _tile_bytes(op.result.type) for op in allocs)  # type: ignore
+    scratch = max((_scratch_estimate(op, direct=True) for op in func.walk() if op.name == "scf.for"), default=0)
+    dynamic = static_rings + total + scratch > SMEM_BUDGET
+    for op in allocs:
+        offset = op.attrs.pop("planned_offset")
+        if dynamic:
+            op.attrs["dynamic_offset"] = offset
+    if dynamic:  # + RING_ALIGN: the codegen rounds the dynamic base up to it (codegen/async_copy.py)
+        func.attrs["dynamic_shared_memory"] = total + RING_ALIGN
 
 
 def _tile_bytes(t: TensorType) -> int:
     return t.numel * t.scalar.bytes  # type: ignore[union-attr]
 
 
-def _scratch_estimate(loop: Operation) -> int:
+def _scratch_estimate(loop: Operation, direct: bool = False) -> int:
     """The scratch shared memory the loop's dots are likely to need besides the rings (codegen's `smem`, reused by
-    every lowering): the larger of staging both operands (padded / 1024-aligned) and moving the f32 accumulator
-    between layouts (rows padded by 16 bytes)."""
+    every lowering): the larger of staging both operands (padded / 1024-aligned; none when `direct`: the dots read
+    the ring slots) and moving the f32 accumulator between layouts (rows padded by 16 bytes)."""
     need = 0
     for op in loop.walk():
         if op.name == "mt.dot":
             a, b, acc = (v.type for v in op.operands[:3])
             (m, k), n = a.shape, b.shape[1]  # type: ignore[union-attr]
-            operands = (m + 16) * k * a.scalar.bytes + (k + 16) * n * b.scalar.bytes + 1024  # type: ignore
+            operands = 0 if direct else \
+                (m + 16) * k * a.scalar.bytes + (k + 16) * n * b.scalar.bytes + 1024  # type: ignore
             need = max(need, operands, m * (n * acc.scalar.bytes + 16))  # type: ignore[union-attr]
-    return need
+    # the scratch buffer is static: the codegen keeps it within the static limit (conversions go in pieces)
+    return min(need, SMEM_BUDGET) if direct else need
+
+
+def _direct_operand(func: Operation, load: Operation) -> tuple[int, int] | None:
+    """(wgmma operand index, swizzle) when the load feeds only wgmma dots, as the same operand, through
+    mt.local_alloc: its ring can be laid out as that operand and read in place. None otherwise."""
+    t: TensorType = load.result.type  # type: ignore[assignment]
+    if t.encoding is None or t.scalar.bytes != 2:  # type: ignore[union-attr]
+        return None
+    index = set()
+    for user, _ in _users(func, load.result):
+        if user.name != "mt.local_alloc":
+            return None
+        for dot, i in _users(func, user.result):
+            enc = dot.result.type.encoding if dot.name == "mt.dot" else None  # type: ignore[union-attr]
+            if enc is None or enc.kind != "mma" or enc.get("version") != 3 or i > 1:
+                return None
+            index.add(i)
+    if len(index) != 1:
+        return None
+    operand = index.pop()
+    contiguous = t.shape[1]
+    swizzle = min(128, 2 * contiguous)
+    if swizzle < 32 or (2 * contiguous) % swizzle:
+        return None
+    if operand == 1 and min(contiguous, 256) % (swizzle // 2):
+        return None
+    return operand, swizzle
 
 
 # ---------------------------------------------------------------------------------------------- matching
@@ -149,7 +236,7 @@ def _is_candidate(func: Operation, loop: Operation, op: Operation, analysis: Axi
     if op.name != "mt.load" or not isinstance(op.result.type, TensorType) or len(op.result.type.shape) != 2:
         return False
     body = _Body(loop)
-    ptr = op.operands[0]
+    ptr = _through_converts(op.operands[0])  # the copies convert the pointers to their own layout anyway
     if body.carried_index(ptr) is None or _increment(body, ptr) is None:
         return False
     if len(op.operands) > 1 and not (body.cloneable(op.operands[1], iv_ok=True)
@@ -157,7 +244,35 @@ def _is_candidate(func: Operation, loop: Operation, op: Operation, analysis: Axi
         return False
     if len(op.operands) > 2 and not _is_zero(op.operands[2]):
         return False
-    return _feeds_dot_only(func, op.result) and _rows_copyable(analysis, op)
+    return _feeds_dot_only(func, op.result) and _rows_copyable(analysis, op, ptr)
+
+
+def would_ring(func: Operation, loop: Operation, load: Operation, analysis: AxisAnalysis) -> bool:
+    """`_is_candidate` on IR that still has tiling's convert_layouts between values (for dot-lowering, which asks
+    before it re-solves the layouts): the same tests, looking through convert_layout."""
+    if load.name != "mt.load" or not isinstance(load.result.type, TensorType) or len(load.result.type.shape) != 2:
+        return False
+    body = _Body(loop)
+    ptr = _through_converts(load.operands[0])
+    index = body.carried_index(ptr)
+    if index is None:
+        return False
+    nxt = body.block.terminator.operands[index].defining_op  # type: ignore[union-attr]
+    if nxt is None or nxt.name != "mt.addptr" or _through_converts(nxt.operands[0]) is not ptr \
+            or not body.cloneable(nxt.operands[1], iv_ok=False):
+        return False
+    if len(load.operands) > 1 and not (body.cloneable(load.operands[1], iv_ok=True)
+                                       and _prefix_mask(analysis, load.operands[1], _chunk(load))):
+        return False
+    if len(load.operands) > 2 and not _is_zero(load.operands[2]):
+        return False
+    return _rows_copyable(analysis, load, ptr)
+
+
+def _through_converts(v: Value) -> Value:
+    while v.defining_op is not None and v.defining_op.name == "mt.convert_layout":
+        v = v.defining_op.operands[0]
+    return v
 
 
 def _increment(body: _Body, ptr: Value) -> Value | None:
@@ -210,17 +325,19 @@ def _prefix_mask(analysis: AxisAnalysis, mask: Value, chunk: int) -> bool:
         return all(_prefix_mask(analysis, o, chunk) for o in op.operands)
     if op.name == "mt.broadcast":
         return op.operands[0].type.shape[-1] == 1 or _prefix_mask(analysis, op.operands[0], chunk)
+    if op.name == "mt.convert_layout":  # the same values
+        return _prefix_mask(analysis, op.operands[0], chunk)
     if op.name == "mt.cmp" and op.attrs.get("predicate") in ("lt", "le"):
         x, bound = (analysis.info(o) for o in op.operands)
         return x.contiguity[-1] % chunk == 0 and bound.constancy[-1] % chunk == 0
     return False
 
 
-def _rows_copyable(analysis: AxisAnalysis, op: Operation) -> bool:
-    """Whether every row of the tile is made of whole, aligned 16-byte chunks."""
+def _rows_copyable(analysis: AxisAnalysis, op: Operation, ptr: Value | None = None) -> bool:
+    """Whether every row of the tile is made of whole, aligned 16-byte chunks (`ptr`: the load's pointers)."""
     elem = op.result.type.scalar.bytes  # type: ignore[union-attr]
     shape = op.result.type.shape
-    info = analysis.info(op.operands[0])
+    info = analysis.info(op.operands[0] if ptr is None else ptr)
     return (shape[-1] * elem % COPY_BYTES == 0 and info.contiguity[-1] * elem >= COPY_BYTES
             and info.contiguity[-1] * elem % COPY_BYTES == 0 and info.divisibility[-1] % COPY_BYTES == 0)
 
@@ -261,16 +378,51 @@ class _Inserter:
         return env[v]
 
 
-def _ring_type(load: Operation, stages: int) -> TensorType:
+def _ring_type(load: Operation, stages: int, direct: tuple[int, int] | None = None) -> TensorType:
     """tensor<S x tile>; with layouts, `#mt.shared<{swizzle = 0, order = [1, 0], stages = S}>`: slots row-major and
-    unswizzled, as codegen/async_copy.py lays them out."""
+    unswizzled, as codegen/async_copy.py lays them out; read in place by wgmma (`direct` = (operand, swizzle)),
+    `#mt.shared<{swizzle, order = [1, 0], operand, stages = S}>`."""
     t: TensorType = load.result.type  # type: ignore[assignment]
-    enc = None if t.encoding is None else layout("shared", swizzle=0, order=[1, 0], stages=stages)
+    if direct is not None:
+        enc = layout("shared", swizzle=direct[1], order=[1, 0], operand=direct[0], stages=stages)
+    else:
+        enc = None if t.encoding is None else layout("shared", swizzle=0, order=[1, 0], stages=stages)
     return TensorType((stages,) + tuple(t.shape), t.scalar, enc)
 
 
-def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int) -> None:
+def _slot_type(load: Operation, direct: tuple[int, int]) -> TensorType:
+    t: TensorType = load.result.type  # type: ignore[assignment]
+    return t.with_encoding(layout("shared", swizzle=direct[1], order=[1, 0], operand=direct[0]))
+
+
+def _async_dot(loop: Operation, loads: list[Operation]) -> Operation | None:
+    """The loop's only dot when both its operands are the loads' (through their mt.local_alloc: they become ring
+    slots; a staged operand would be rewritten in the scratch buffer under the running wgmma) and its accumulator
+    is only carried: a body argument used by the dot alone, the dot's result used by the yield alone, at the same
+    carried position (so it can stay in flight across iterations)."""
     body = _Body(loop)
+    dots = [op for op in loop.walk() if op.name == "mt.dot"]
+    if len(dots) != 1 or dots[0].parent is not body.block:
+        return None
+    dot = dots[0]
+    staged = [v.defining_op for v in dot.operands[:2]]
+    if any(s is None or s.name != "mt.local_alloc" or s.operands[0].defining_op not in loads for s in staged):
+        return None
+    acc = dot.operands[2]
+    slot = body.carried_index(acc)
+    func = _function_of(loop)
+    if slot is None or len(_users(func, acc)) != 1 or _users(func, dot.result) != [(body.block.terminator, slot)]:
+        return None
+    return dot
+
+
+def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
+                   direct: list[tuple[int, int] | None], offset: int, uniform: list[bool]) -> int:
+    """Rewrite the loop (module docstring); the bytes of the in-place rings placed from `offset` on."""
+    body = _Body(loop)
+    in_place = all(d is not None for d in direct)
+    async_dot = _async_dot(loop, loads) if in_place else None
+    ahead = stages - 1  # iterations the copies run ahead
     block, parent = body.block, loop.parent
     assert parent is not None
     func = _function_of(loop)
@@ -280,16 +432,24 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int) -> None
     pre = _Inserter(parent, loop, loop.loc)
 
     rings, incs, encs, ptrs = [], [], [], []
-    for load in loads:
-        rings.append(pre.value("mt.alloc_ring", [], _ring_type(load, stages), stages=stages))
+    placed = offset
+    for load, d in zip(loads, direct):
+        ring_t = _ring_type(load, stages, d)
+        if d is None:
+            rings.append(pre.value("mt.alloc_ring", [], ring_t, stages=stages))
+        else:
+            rings.append(pre.value("mt.alloc_ring", [], ring_t, stages=stages, planned_offset=placed))
+            placed += -(-_tile_bytes(ring_t) // RING_ALIGN) * RING_ALIGN
         encs.append(copy_layout(load, num_warps))
-        inc = pre.clone(body, _increment(body, load.operands[0]), {})  # type: ignore[arg-type]
+        ptr = _through_converts(load.operands[0])
+        inc = pre.clone(body, _increment(body, ptr), {})  # type: ignore[arg-type]
         incs.append(_in_layout(pre, inc, encs[-1]))
-        init = loop.operands[3 + body.carried_index(load.operands[0])]  # type: ignore[operator]
+        init = loop.operands[3 + body.carried_index(ptr)]  # type: ignore[operator]
         ptrs.append(_in_layout(pre, init, encs[-1]))
+    bases = list(ptrs)  # iteration 0's pointers
 
-    # prologue: iterations 0 .. S-2
-    for j in range(stages - 1):
+    # prologue: iterations 0 .. ahead-1
+    for j in range(ahead):
         slot = pre.const(j, it)  # also the iteration number
         iv_j = pre.value("mt.add", [lb, pre.value("mt.mul", [slot, step], it)], it) if j else lb
         valid = pre.value("mt.cmp", [iv_j, ub], i1, predicate="lt")
@@ -297,33 +457,51 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int) -> None
             if j:
                 ptrs[n] = pre.value("mt.addptr", [ptrs[n], incs[n]], ptrs[n].type)
             mask = _copy_mask(pre, body, load, iv_j, valid, encs[n])
-            pre.add("mt.async_copy", [rings[n], slot, ptrs[n], mask], [])
+            pre.add("mt.async_copy", [rings[n], slot, ptrs[n], mask], [], **_copy_attrs(uniform[n]))
         pre.add("mt.async_commit", [], [])
-    first_prefetch = [pre.value("mt.addptr", [p, inc], p.type) for p, inc in zip(ptrs, incs)]
-
-    # the loop carries the prefetch pointers
-    pf_args = [block.add_arg(p.type) for p in first_prefetch]
-    loop.operands.extend(first_prefetch)
-    n_results = len(loop.results)
-    loop.results.extend(Value(p.type, loop, n_results + i) for i, p in enumerate(first_prefetch))
+    pf_args: list[Value] = []
+    if not in_place:  # the loop carries the prefetch pointers
+        first_prefetch = [pre.value("mt.addptr", [p, inc], p.type) for p, inc in zip(ptrs, incs)]
+        pf_args = [block.add_arg(p.type) for p in first_prefetch]
+        loop.operands.extend(first_prefetch)
+        n_results = len(loop.results)
+        loop.results.extend(Value(p.type, loop, n_results + i) for i, p in enumerate(first_prefetch))
+    else:  # recomputed from iteration 0's: a carried tile keeps every lane's pointer live, not just the copied ones
+        wide_incs = [pre.value("mt.cast", [inc], with_scalar(inc.type, i64)) for inc in incs]
 
     # steady state, at the top of the body
     top = _Inserter(block, block.ops[0], loop.loc)
-    top.add("mt.async_wait", [], [], pending=stages - 2)
+    top.add("mt.async_wait", [], [], pending=ahead - 1)
     iv = body.iv
     index = top.value("mt.div", [top.value("mt.sub", [iv, lb], it), step], it)
     read_slot = top.value("mt.rem", [index, top.const(stages, it)], it)
-    write_slot = top.value("mt.rem", [top.value("mt.add", [index, top.const(stages - 1, it)], it),
+    write_slot = top.value("mt.rem", [top.value("mt.add", [index, top.const(ahead, it)], it),
                                       top.const(stages, it)], it)
-    iv_pf = top.value("mt.add", [iv, top.value("mt.mul", [top.const(stages - 1, it), step], it)], it)
+    iv_pf = top.value("mt.add", [iv, top.value("mt.mul", [top.const(ahead, it), step], it)], it)
     valid = top.value("mt.cmp", [iv_pf, ub], i1, predicate="lt")
+    func_op = _function_of(loop)
     for n, load in enumerate(loads):
-        local = top.value("mt.local_load", [rings[n], read_slot], load.result.type)
-        loop.replace_all_uses(load.result, local)
+        if direct[n] is None:
+            local = top.value("mt.local_load", [rings[n], read_slot], load.result.type)
+            loop.replace_all_uses(load.result, local)
+            continue
+        view = top.value("mt.ring_slot", [rings[n], read_slot], _slot_type(load, direct[n]))  # type: ignore
+        for staging, _ in _users(func_op, load.result):
+            loop.replace_all_uses(staging.result, view)
+            staging.erase()
+    # the copies overwrite the slot iteration i - 1 read: after its dot retired (an async dot: after this one)
+    put = top
+    if async_dot is not None:
+        put = _Inserter(block, block.ops[block.ops.index(async_dot) + 1], loop.loc)
+    if in_place:
+        ahead_index = put.value("mt.cast", [put.value("mt.add", [index, put.const(ahead, it)], it)], i64)
+        for inc, base in zip(wide_incs, bases):
+            steps = put.value("mt.splat", [ahead_index], inc.type)
+            pf_args.append(put.value("mt.addptr", [base, put.value("mt.mul", [steps, inc], inc.type)], base.type))
     for n, load in enumerate(loads):
-        mask = _copy_mask(top, body, load, iv_pf, valid, encs[n])
-        top.add("mt.async_copy", [rings[n], write_slot, pf_args[n], mask], [])
-    top.add("mt.async_commit", [], [])
+        mask = _copy_mask(put, body, load, iv_pf, valid, encs[n])
+        put.add("mt.async_copy", [rings[n], write_slot, pf_args[n], mask], [], **_copy_attrs(uniform[n]))
+    put.add("mt.async_commit", [], [])
     for load in loads:
         load.erase()
 
@@ -331,13 +509,21 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int) -> None
     yield_op = block.terminator
     assert yield_op is not None
     tail = _Inserter(block, yield_op, loop.loc)
-    for pf, inc in zip(pf_args, incs):
+    for pf, inc in zip(pf_args if not in_place else [], incs):
         yield_op.operands.append(tail.value("mt.addptr", [pf, inc], pf.type))
 
     # epilogue: nothing may be in flight when the loop ends
     at = parent.ops.index(loop) + 1
-    _Inserter(parent, parent.ops[at] if at < len(parent.ops) else None, loop.loc).add("mt.async_wait", [], [],
-                                                                                      pending=0)
+    after = _Inserter(parent, parent.ops[at] if at < len(parent.ops) else None, loop.loc)
+    if async_dot is not None:
+        async_dot.attrs["async_groups"] = 1
+        after.add("mt.dot_wait", [], [], pending=0)
+    after.add("mt.async_wait", [], [], pending=0)
+    return placed - offset
+
+
+def _copy_attrs(uniform: bool) -> dict:  # type: ignore[type-arg]
+    return {"uniform_runs": True} if uniform else {}
 
 
 def copy_layout(load: Operation, num_warps: int) -> LayoutAttr | None:
@@ -371,6 +557,9 @@ def _mask_in_layout(ins: _Inserter, mask: Value, enc: LayoutAttr | None) -> Valu
         for v, want in plan:  # operands before users
             op = v.defining_op
             assert op is not None
+            if op.name == "mt.convert_layout":  # the same values: its operand, recomputed in `want`
+                memo[(v, want)] = memo[(op.operands[0], want)]
+                continue
             operands = [memo[(o, _operand_layout(op, want))] if isinstance(o.type, TensorType) else o
                         for o in op.operands]
             memo[(v, want)] = ins.add(op.name, operands, [v.type.with_encoding(want)], **op.attrs).result
@@ -389,7 +578,8 @@ def _plan_relayout(v: Value, want: LayoutAttr, plan: list, seen: set) -> bool:  
     op = v.defining_op
     if op is None or op.regions or len(seen) >= RELAYOUT_LIMIT:
         return False
-    if op.name not in _RELAYOUT_SAME + ("mt.splat", "mt.constant", "mt.arange", "mt.expand_dims"):
+    if op.name not in _RELAYOUT_SAME + ("mt.splat", "mt.constant", "mt.arange", "mt.expand_dims",
+                                        "mt.convert_layout"):
         return False
     for o in op.operands:
         if isinstance(o.type, TensorType) and not _plan_relayout(o, _operand_layout(op, want), plan, seen):

@@ -11,6 +11,8 @@
 Reading a byte that is in flight (any thread), or landed but not yet published by a bar.sync (a thread other than
 its copier), raises SimError: the read would see stale data on hardware. So does a cp.async into a byte still in
 flight. The checks apply to every generic shared read (ld.shared, ldmatrix) through SharedMemory's guard hook.
+A cp.async is a generic-proxy write for the tensor-core unit (tests/ptx_sim_mma.py): a wgmma reading its bytes
+needs a `fence.proxy.async` by the copier after its wait, and it may not land in bytes an in-flight wgmma reads.
 """
 from __future__ import annotations
 
@@ -92,6 +94,8 @@ class AsyncCopyUnit:
         if np.any(dst % size):
             raise SimError(f"misaligned cp.async destination {int(dst[dst % size != 0][0])}")
         cta.smem.write(tids, dst, raw)
+        if cta.tc is not None:  # cp.async writes through the generic proxy: a wgmma reader needs fence.proxy.async
+            cta.tc.note_shared_write(tids, dst, size)
         idx = dst[:, None] + np.arange(size)
         self.state[idx] = IN_FLIGHT
         self.owner[idx] = np.broadcast_to(tids[:, None], idx.shape)

@@ -13,10 +13,15 @@ codegen/wgmma.py), so a wrong fragment or address in the codegen shows up as wro
 - `wgmma.fence` / `wgmma.mma_async` / `wgmma.commit_group` / `wgmma.wait_group`: per warpgroup (4 warps, all of
   whose threads must take part, with uniform descriptors); the operands are read from shared memory through the
   64-bit matrix descriptors (K-major, 128 / 64 / 32-byte swizzle: byte address bits [4, 4 + b) XOR bits
-  [7, 7 + b), 8-row groups SBO bytes apart), D = (scale-d ? D : 0) + A B in float64, rounded to f32. Checked:
+  [7, 7 + b), 8-row groups SBO bytes apart; with imm-trans-b = 1, B is MN-major: CuTe's canonical
+  ((T, S/16, m), (8, k)) : ((1, T, LBO), (S/16 T, SBO)) in elements, T = 8 per 16 bytes — S / 2 consecutive N
+  values per S-byte row, N atoms LBO bytes apart, k rows S bytes apart, 8-row groups SBO apart, same XOR),
+  D = (scale-d ? D : 0) + A B in float64, rounded to f32. Checked:
   the accumulator registers were not written by another instruction since the last wgmma.fence; the shared bytes
   read were not written by a generic store since that thread's last `fence.proxy.async` (the async proxy would not
-  see them); no instruction reads an accumulator before the `wgmma.wait_group` that covers its group.
+  see them); no instruction reads an accumulator before the `wgmma.wait_group` that covers its group; no store
+  or cp.async writes shared bytes a wgmma of a group not yet covered by a `wgmma.wait_group` reads (the
+  simulator reads operands at issue, the hardware later: such a write would race).
 """
 from __future__ import annotations
 
@@ -60,6 +65,7 @@ class TensorCoreUnit:
         self.step = 0
         self.inside = False  # executing a wgmma (its own register traffic is exempt from the checks)
         self.pending: list[set[str]] = [set()]  # per not-yet-waited commit group; the last one is open
+        self.pending_reads: list[list[np.ndarray]] = [[]]  # the shared bytes each of those groups reads
 
     # -- hooks called by the simulator
 
@@ -74,6 +80,11 @@ class TensorCoreUnit:
 
     def note_shared_write(self, tids: np.ndarray, addrs: np.ndarray, size: int) -> None:
         idx = addrs[:, None] + np.arange(size)
+        for group in self.pending_reads:
+            for read in group:
+                if np.isin(idx.ravel(), read).any():
+                    raise _error("a shared-memory write to bytes an in-flight wgmma reads (its group was not "
+                                 "covered by wgmma.wait_group)")
         self.unfenced[idx] = np.broadcast_to(tids[:, None], idx.shape)
 
     def fence(self, mods: list[str], mask: np.ndarray) -> None:
@@ -181,10 +192,12 @@ class TensorCoreUnit:
                 self.fenced_at[g] = self.step
         elif kind == "commit_group":
             self.pending.append(set())
+            self.pending_reads.append([])
         elif kind == "wait_group":
             keep = int(ops[0])
-            closed = self.pending[:-1]
+            closed, reads = self.pending[:-1], self.pending_reads[:-1]
             self.pending = (closed[len(closed) - keep:] if keep else []) + [self.pending[-1]]
+            self.pending_reads = (reads[len(reads) - keep:] if keep else []) + [self.pending_reads[-1]]
         elif kind == "mma_async":
             self.inside = True  # wgmmas chain on their accumulators without waiting
             try:
@@ -213,8 +226,10 @@ class TensorCoreUnit:
         d = _split(ops[0])
         if len(d) != n_cols // 2 or len(ops) != 8:
             raise _error(f"wgmma m64n{n_cols}k16 takes {n_cols // 2} accumulators and 7 more operands")
-        if [o.strip() for o in ops[4:]] != ["1", "1", "0", "0"]:
-            raise _error(f"only scale-a = scale-b = 1 and K-major operands are simulated, got {ops[4:]}")
+        imm = [o.strip() for o in ops[4:]]
+        if imm[:3] != ["1", "1", "0"] or imm[3] not in ("0", "1"):
+            raise _error(f"only scale-a = scale-b = 1, K-major A and K- or N-major B are simulated, got {ops[4:]}")
+        trans_b = imm[3] == "1"
         tids = np.arange(cta.n)
         for g in groups:
             fence_step = self.fenced_at.get(g)
@@ -224,7 +239,8 @@ class TensorCoreUnit:
             desc_a, desc_b = (self._uniform(cta.get(x, "u64")[sel], "descriptor") for x in ops[1:3])
             scale_d = self._scale_d(ops[3], sel)
             A = self._operand(desc_a, 64, atype, int(sel[0]))  # 64 x 16
-            B = self._operand(desc_b, n_cols, btype, int(sel[0])).T  # 16 x N
+            B = self._operand_mn(desc_b, n_cols, btype, int(sel[0])) if trans_b else \
+                self._operand(desc_b, n_cols, btype, int(sel[0])).T  # 16 x N
             lane, warp_in_group = sel % 32, (sel // 32) % 4
             group_id, tig = lane >> 2, lane % 4
             rows = np.stack([warp_in_group * 16 + group_id + 8 * ((j >> 1) & 1) for j in range(len(d))], axis=1)
@@ -258,14 +274,39 @@ class TensorCoreUnit:
         if mode not in (1, 2, 3) or base_offset:
             raise _error(f"descriptor {desc:#x}: only 128/64/32-byte swizzles with base offset 0 are simulated")
         swizzle = {1: 128, 2: 64, 3: 32}[mode]
-        bits = {128: 7, 64: 3, 32: 1}[swizzle]
         r = np.arange(rows)[:, None]
         chunk = np.arange(2)[None, :]  # 16 K values of 2 bytes: two 16-byte chunks per row
         addr = start + (r // 8) * sbo + (r % 8) * swizzle + 16 * chunk
+        return self._read_chunks(addr, swizzle, reader, t).reshape(rows, 16)
+
+    def _operand_mn(self, desc: int, cols: int, t: str, reader: int) -> np.ndarray:
+        """The 16 x cols MN-major operand (imm-trans-b = 1) a descriptor points at (values as float64)."""
+        start = (desc & 0x3FFF) << 4
+        lbo = ((desc >> 16) & 0x3FFF) << 4
+        sbo = ((desc >> 32) & 0x3FFF) << 4
+        base_offset, mode = (desc >> 49) & 7, desc >> 62
+        if mode not in (1, 2, 3) or base_offset:
+            raise _error(f"descriptor {desc:#x}: only 128/64/32-byte swizzles with base offset 0 are simulated")
+        swizzle = {1: 128, 2: 64, 3: 32}[mode]
+        atom = swizzle // 2  # N values per row of an atom
+        if cols % 8:
+            raise _error(f"MN-major wgmma operand of {cols} columns")
+        k = np.arange(16)[:, None]
+        n0 = 8 * np.arange(cols // 8)[None, :]  # the first column of each 16-byte chunk
+        addr = start + (n0 // atom) * lbo + (k // 8) * sbo + (k % 8) * swizzle + (n0 % atom) * 2
+        return self._read_chunks(addr, swizzle, reader, t).reshape(16, cols)
+
+    def _read_chunks(self, addr: np.ndarray, swizzle: int, reader: int, t: str) -> np.ndarray:
+        """The 8 16-bit values of each 16-byte chunk at (unswizzled) `addr`, as float64, one row per chunk."""
+        bits = {128: 7, 64: 3, 32: 1}[swizzle]
         phys = addr ^ (((addr >> 7) & bits) << 4)
         flat = phys.ravel().astype(np.int64)
-        if np.any(self.unfenced[flat[:, None] + np.arange(16)] >= 0):
+        if np.any(flat % 16):
+            raise _error("wgmma operand chunk not 16-byte aligned")
+        idx = flat[:, None] + np.arange(16)
+        if np.any(self.unfenced[idx] >= 0):
             raise _error("wgmma reads shared memory written by a generic store not followed by fence.proxy.async")
         raw = self.cta.smem.read(np.full(flat.size, reader), flat, 16)
-        halves = np.ascontiguousarray(raw).view(np.uint16).reshape(rows, 16)
+        self.pending_reads[-1].append(np.unique(idx.ravel()))
+        halves = np.ascontiguousarray(raw).view(np.uint16).reshape(flat.size, 8)
         return _halves_to_float(halves, t)

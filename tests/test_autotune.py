@@ -113,7 +113,7 @@ def fake_compile(failing_blocks: set[int]) -> Any:
     CompilationError (as ptxas would for too many registers) for the BLOCK values in failing_blocks."""
 
     def compile_kernel(fn, arg_types, constexprs, *, divisibility=None, equal_to_one=None, num_warps=4,
-                       num_stages=3, target="cubin", keep_ir=False):
+                       num_stages=3, target="cubin", keep_ir=False, min_blocks_per_sm=None):
         if constexprs.get("BLOCK") in failing_blocks:
             raise CompilationError(f"ptxas rejected the kernel:\nptxas error: too much shared data (BLOCK="
                                    f"{constexprs['BLOCK']})")

@@ -83,6 +83,8 @@ def build_all_ops_kernel() -> Module:
     b.create("mt.async_commit")
     b.create("mt.async_wait", attrs={"pending": 0})
     b.create1("mt.local_load", [ring, pid], t64)
+    b.create1("mt.ring_slot", [ring, pid], t64)  # a slot read in place (a wgmma operand, passes/pipeline.py)
+    b.create("mt.dot_wait", attrs={"pending": 0})
     total = b.create1("mt.reduce", [flat], f32, axis=0, kind="sum")
     b.create1("mt.scan", [xv], t64, axis=0, kind="max")
     b.create("mt.store", [ys, sel, mask])

@@ -401,8 +401,9 @@ def test_lowered_ir_prints_parses_and_interprets(instruction: str, gen: torch.Ge
 
 MMA_SYNC = r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32 \{%f\d+, %f\d+, %f\d+, %f\d+\}"
 LDMATRIX = r"ldmatrix\.sync\.aligned\.m8n8\.x4(\.trans)?\.shared\.b16 \{%r\d+, %r\d+, %r\d+, %r\d+\}, \[%r\d+\+\d+\]"
-WGMMA = [r"\.shared \.align 1024 \.b8 smem", r"fence\.proxy\.async\.shared::cta", r"wgmma\.fence\.sync\.aligned",
-         r"wgmma\.commit_group\.sync\.aligned", r"wgmma\.wait_group\.sync\.aligned 0"]
+WGMMA_IN_PLACE = [r"\.shared \.align 1024 \.b8 mt_ring0", r"cp\.async\.wait_group \d+;\n  fence\.proxy\.async\.shared::cta;",
+                  r"wgmma\.fence\.sync\.aligned", r"wgmma\.commit_group\.sync\.aligned",
+                  r"wgmma\.wait_group\.sync\.aligned 1;\n  bar\.sync 0;", r"wgmma\.wait_group\.sync\.aligned 0"]
 
 
 @needs_ptxas
@@ -415,10 +416,10 @@ def test_example_matmul_assembles(activation: str, instruction: str) -> None:
         assert len(re.findall(MMA_SYNC, ptx)) == 8 * 2  # per warp (warps [4, 1]): 1 x 8 blocks of 16 x 8, 2 K steps
         assert re.search(LDMATRIX, ptx) and re.search(LDMATRIX.replace(r"(\.trans)?", r"\.trans"), ptx)
         assert "wgmma" not in ptx and "ld.shared.f32" not in ptx  # no CUDA-core dot
-    else:
+    else:  # the K loop is pipelined: the wgmma reads the ring slots in place (B N-major: imm-trans-b 1), async
         assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{(%f\d+, ){31}%f\d+\}, "
-                              r"%rd\d+, %rd\d+, 1, 1, 1, 0, 0;", ptx)) == 2  # K = 32: two K steps
-        assert all(re.search(p, ptx) for p in WGMMA) and "mma.sync" not in ptx
+                              r"%rd\d+, %rd\d+, 1, 1, 1, 0, 1;", ptx)) == 2  # K = 32: two K steps
+        assert all(re.search(p, ptx) for p in WGMMA_IN_PLACE) and "mma.sync" not in ptx
 
 
 @needs_ptxas
@@ -510,7 +511,7 @@ def _matmul_ptx(instruction: str) -> tuple[str, str, list[Any]]:
     (lambda p: p.replace("fence.proxy.async.shared::cta;", ""), "fence.proxy.async"),
     (lambda p: p.replace("wgmma.wait_group.sync.aligned 0;", ""), "before wgmma.wait_group"),
     (lambda p: p.replace("wgmma.fence.sync.aligned;", "", 1), "since the warpgroup's last wgmma.fence"),
-    (lambda p: re.sub(r"(wgmma\.mma_async[^;]*), 1, 1, 1, 0, 0;", r"\1, 1, 1, 1, 1, 0;", p, count=1), "K-major"),
+    (lambda p: re.sub(r"(wgmma\.mma_async[^;]*), 1, 1, 1, 0, (\d);", r"\1, 1, 1, 1, 1, \2;", p, count=1), "K-major"),
 ])
 def test_the_simulator_catches_broken_wgmma_code(edit: Callable[[str], str], message: str) -> None:
     ptx, name, args = _matmul_ptx("wgmma")

@@ -22,10 +22,12 @@ import torch
 
 from minitriton.compiler import PIPELINE
 from minitriton.codegen import emit_ptx
+from minitriton.codegen.ptxas import run_ptxas
 from minitriton.frontend import compile_to_ir
+import minitriton as mt
 from minitriton.interpreter import interpret
 from minitriton.ir import Module
-from minitriton.ir.types import PointerType, bf16, i32
+from minitriton.ir.types import PointerType, bf16, f32, i32
 from minitriton.kernels.examples import matmul
 from minitriton.passes import run_passes
 from ptx_helpers import clone_args
@@ -87,7 +89,7 @@ def test_pipeline_is_registered_and_follows_dot_lowering() -> None:
     from minitriton.passes import PASSES
 
     assert "pipeline" in PASSES and LOWERING.index("pipeline") == LOWERING.index("dot-lowering") + 1
-    assert PIPELINE[-1] == "dot-lowering"  # not on by default until verified on the GPU (see compiler.py)
+    assert PIPELINE[PIPELINE.index("dot-lowering") + 1] == "pipeline"  # on by default
 
 
 @pytest.mark.parametrize("num_stages", [2, 3, 4])
@@ -99,9 +101,10 @@ def test_pipelined_matmul_interprets_like_tile_ir(num_stages: int, shape: tuple[
     want = interpreted(make_matmul(num_stages), m, n, args)
     pipelined = run_passes(make_matmul(num_stages), LOWERING)
     text = str(pipelined)
-    # 4 stages of 8 KB (A + B) and the estimated 17 KB of scratch exceed the 48 KB of static shared memory: 3
-    depth = min(num_stages, 3)
-    assert text.count('"mt.alloc_ring"() {stages = %d}' % depth) == 2
+    # the wgmma dot reads the slots in place: the rings may go to dynamic shared memory, every depth fits (4
+    # stages of 8 KB and the estimated 17 KB of scratch exceed the 48 KB of static shared memory: dynamic)
+    assert len(re.findall(r'"mt.alloc_ring"\(\) \{stages = %d[,}]' % num_stages, text)) == 2
+    assert ("dynamic_shared_memory = 33792" in text) == (num_stages == 4)  # + 1 KB alignment slack
     assert '"mt.load"' not in text.split('"scf.for"')[1].split('"mt.async_wait"() {pending = 0}')[0]
     got = interpreted(pipelined, m, n, args)
     assert torch.equal(got[:, :n], want[:, :n])
@@ -142,9 +145,11 @@ def lowered_ptx(instruction: str, num_stages: int = 3) -> tuple[str, str]:
 def test_pipelined_ptx_assembles(instruction: str) -> None:
     ptx, _ = lowered_ptx(instruction)
     assemble(ptx)
-    assert len(re.findall(r"cp\.async\.cg\.shared\.global \[%r\d+\+\d+\], \[%rd\d+\], 16, %r\d+;", ptx)) == 3 * 2 * 2
-    assert ptx.count("cp.async.commit_group;") == 3
-    assert "cp.async.wait_group 1;" in ptx and "cp.async.wait_group 0;" in ptx
+    ahead = 2  # num_stages - 1 (wgmma: reading the slots in place, asynchronously, the copies follow the dot)
+    copies = r"cp\.async\.cg\.shared\.global \[%r\d+(\+\d+)?\], \[%rd\d+\], 16, %r\d+;"
+    assert len(re.findall(copies, ptx)) == (ahead + 1) * 2 * 2
+    assert ptx.count("cp.async.commit_group;") == ahead + 1
+    assert f"cp.async.wait_group {ahead - 1};" in ptx and "cp.async.wait_group 0;" in ptx
     assert ("wgmma.mma_async" in ptx) == (instruction == "wgmma")
     assert ("mma.sync.aligned" in ptx) == (instruction == "mma")
 
@@ -176,3 +181,169 @@ def test_simulator_flags_a_read_before_the_publishing_barrier(gen: torch.Generat
     assert unpublished != ptx
     with pytest.raises(SimError, match="not published by a bar.sync"):
         run_ptx(unpublished, name, (1, 1, 1), matmul_args(gen, 64, 64, 64), 128)
+
+
+# ------------------------------------------------------------------ wgmma reading the ring slots in place
+
+
+def make_tiled(block: tuple[int, int, int], num_warps: int, num_stages: int) -> Module:
+    """The example matmul with other tile sizes (as make_matmul), through tiling, dot-lowering and pipeline."""
+    bm, bn, bk = block
+    types = {a: PointerType(bf16) if a.endswith("ptr") else i32 for a in MM}
+    module = compile_to_ir(matmul.matmul_kernel, types, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk},
+                           divisibility={a: 16 for a in MM if a.endswith("ptr") or a in PITCHES},
+                           equal_to_one={"stride_ak", "stride_bn", "stride_cn"}, num_warps=num_warps)
+    module.functions[0].attrs["num_stages"] = num_stages
+    return run_passes(module, ["canonicalize"] + LOWERING)
+
+
+def test_wgmma_dot_reads_ring_slots_in_place() -> None:
+    """No mt.local_load / mt.local_alloc is left: the dot takes the slots (A K-major, B MN-major, 128B swizzle),
+    asynchronously (async_groups = 1, an mt.dot_wait after the loop), the copies (S - 1 iterations ahead) after
+    it."""
+    text = str(make_tiled((128, 128, 64), 8, 4))
+    assert "mt.local_load" not in text and "mt.local_alloc" not in text
+    slot = r'"mt.ring_slot"\(%\w+, %\w+\) : \(tensor<4x{}xbf16, #mt.shared<\{{swizzle = 128, order = \[1, 0\], ' \
+           r'operand = {}, stages = 4\}}>>'
+    assert re.search(slot.format("128x64", 0), text) and re.search(slot.format("64x128", 1), text)
+    assert re.search(r'"mt.dot"\(%\w+, %\w+, %\w+\) \{input_precision = "ieee", async_groups = 1\}', text)
+    assert text.index('"mt.dot_wait"() {pending = 0}') > text.rindex('"scf.yield"')  # after the loop
+    assert text.count('"mt.async_wait"() {pending = 2}') == 1  # S - 2: the next two iterations' copies in flight
+    body = text.split('"scf.for"')[1]
+    assert body.index('"mt.dot"') < body.index('"mt.async_copy"') < body.index('"scf.yield"')
+    assert "dynamic_shared_memory = 132096" in text  # 4 x (16 + 16) KB + alignment slack: beyond 48 KB
+
+
+def ptx_of(module: Module) -> tuple[str, str]:
+    """The PTX, with the dynamic shared memory (if any) declared at its launch size for the simulator, which lays
+    out only sized `.shared` variables (the GPU gets the size from the launch)."""
+    func = module.functions[0]
+    name = func.attrs["sym_name"]
+    ptx = emit_ptx(module, name)
+    dynamic = int(func.attrs.get("dynamic_shared_memory", 0))
+    if dynamic:
+        extern = ".extern .shared .align 1024 .b8 mt_dyn[];"
+        assert ptx.count(extern) == 1
+        ptx = ptx.replace(extern, "").replace("{\n", "{\n  .shared .align 1024 .b8 mt_dyn[%d];\n" % dynamic, 1)
+    return ptx, name
+
+
+@pytest.mark.parametrize("block,warps,shape", [
+    ((64, 128, 64), 4, (70, 200, 100)),      # B: two 64-column atoms per wgmma (LBO), K not a multiple of 64
+    ((128, 128, 64), 8, (130, 140, 100)),    # two warpgroups (A's rows permuted across them), 128B A and B
+])
+def test_simulated_in_place_wgmma_matches_torch(block: tuple[int, int, int], warps: int,
+                                                shape: tuple[int, int, int], gen: torch.Generator) -> None:
+    """The pipelined wgmma matmul at sizes that are not multiples of the tile, through the PTX simulator (which
+    checks the cp.async groups, the proxy fence, the wgmma groups and writes into slots an in-flight wgmma reads),
+    against float64 torch (bf16 output rounding) and the interpreter (bitwise: same products, same f32 order)."""
+    m, n, k = shape
+    args = matmul_args(gen, m, n, k)
+    ptx, name = ptx_of(make_tiled(block, warps, 3))
+    assert "cp.async.wait_group 0;" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx
+    got = clone_args(args)
+    grid_mn = (-(-m // block[0]), -(-n // block[1]), 1)
+    run_ptx(ptx, name, grid_mn, got, 32 * warps)
+    ref = args[0][:, :k].double() @ args[1][:, :n].double()
+    assert (got[2][:, :n].double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+    assert torch.isnan(got[2][:, n:]).all()
+
+
+@pytest.mark.parametrize("mutation,error", [
+    (("wgmma.wait_group.sync.aligned 1;", ""), "in-flight wgmma"),  # slots rewritten under a running wgmma
+    (("  fence.proxy.async.shared::cta;\n", ""), "fence.proxy.async"),  # cp.async data unfenced for wgmma
+    (("1, 1, 1, 0, 1;", "1, 1, 1, 0, 0;"), None),  # B read K-major: wrong numbers (or bytes of the next slot)
+])
+def test_simulator_catches_broken_in_place_pipelines(mutation: tuple[str, str], error: str | None,
+                                                     gen: torch.Generator) -> None:
+    ptx, name = ptx_of(make_tiled((64, 128, 64), 4, 4))
+    broken = ptx.replace(*mutation)
+    assert broken != ptx
+    args = matmul_args(gen, 64, 128, 256)
+    if error is None:
+        try:
+            run_ptx(broken, name, (1, 1, 1), args, 128)
+        except SimError:
+            return
+        ref = args[0][:, :256].double() @ args[1][:, :128].double()
+        assert (args[2][:, :128].double() - ref).abs().max() > 0.1 * ref.abs().max()
+        return
+    with pytest.raises(SimError, match=error):
+        run_ptx(broken, name, (1, 1, 1), args, 128)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("block,warps,stages,spill_free", [
+    ((128, 128, 64), 8, 4, True),
+    # 128 x 256: the main loop alone takes 198 registers, no spills; the epilogue's accumulator -> store layout
+    # conversion (codegen/layout_moves.py) spills ~1.7 KB: allowed here, reported by ptxas -v
+    ((128, 256, 64), 8, 3, False),
+])
+def test_matmul_configs_assemble_without_wgmma_serialization(block: tuple[int, int, int], warps: int, stages: int,
+                                                             spill_free: bool) -> None:
+    """The MATMUL_CONFIGS tiles (M, N, K multiples of 16, as the JIT specializes 8192^3): ptxas accepts the PTX,
+    warns about nothing and does not serialize the wgmmas (an instruction touching the accumulator registers of
+    a wgmma in flight makes ptxas serialize them, said as `info (C7514) Potential Performance Loss: wgmma.mma_async
+    instructions are serialized ...`: checked to appear when an add of an accumulator register is slipped in after
+    the loop's wgmma.wait_group 1), and the 128 x 128 tile does not spill."""
+    bm, bn, bk = block
+    types = {a: PointerType(bf16) if a.endswith("ptr") else i32 for a in MM}
+    module = compile_to_ir(matmul.matmul_kernel, types, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                           divisibility={a: 16 for a in MM if a.endswith("ptr") or a in PITCHES + ("M", "N", "K")},
+                           equal_to_one={"stride_ak", "stride_bn", "stride_cn"}, num_warps=warps)
+    module.functions[0].attrs["num_stages"] = stages
+    module = run_passes(module, PIPELINE)
+    assert module.functions[0].attrs["dynamic_shared_memory"] == stages * (bm + bn) * bk * 2 + 1024
+    ptx, _ = ptx_of(module)
+    report = run_ptxas(emit_ptx(module, module.functions[0].attrs["sym_name"]))
+    assert not serialized(report.log) and "warning" not in report.log.lower(), report.log
+    assert (report.spill_stores == 0) == spill_free, report.log
+    accumulator = re.search(r"wgmma\.mma_async[^{]*\{(%f\d+),", ptx).group(1)  # type: ignore[union-attr]
+    touched = ptx.replace("wgmma.wait_group.sync.aligned 1;",
+                          f"wgmma.wait_group.sync.aligned 1;\n  add.f32 {accumulator}, {accumulator}, 0f3F800000;", 1)
+    assert serialized(run_ptxas(touched).log)
+    assert ptx.count("wgmma.mma_async") == (bm // 64 // (warps // 4)) * (bk // 16)  # per warpgroup: m64 x N x k16
+
+
+def serialized(log: str) -> bool:
+    return bool(re.search(r"wgmma\.mma_async instructions are serialized", log))
+
+
+@mt.kernel
+def fixed_a_kernel(a_ptr, b_ptr, c_ptr, K, stride_bk, BLOCK_K: mt.constexpr):
+    """C = sum over K blocks j of A @ B[j]: A (64 x BLOCK_K) loaded once, before the loop; B's blocks in it."""
+    rm = mt.arange(0, 64)
+    rk = mt.arange(0, BLOCK_K)
+    a = mt.load(a_ptr + rm[:, None] * BLOCK_K + rk[None, :])
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rm[None, :]
+    acc = mt.zeros((64, 64), mt.float32)
+    for k in range(0, K, BLOCK_K):
+        b = mt.load(b_ptrs, mask=k + rk[:, None] < K, other=0.0)
+        acc = mt.dot(a, b, acc)
+        b_ptrs += BLOCK_K * stride_bk
+    mt.store(c_ptr + rm[:, None] * 64 + rm[None, :], acc)
+
+
+def test_in_place_slot_with_a_staged_operand(gen: torch.Generator) -> None:
+    """A loop-invariant A is staged per dot (scratch buffer), B's ring slot is read in place (MN-major): the dot
+    stays synchronous (an async one would have the next iteration restage A under the running wgmma), and the PTX
+    simulator agrees with float64 torch on a ragged K."""
+    types = {"a_ptr": PointerType(bf16), "b_ptr": PointerType(bf16), "c_ptr": PointerType(f32), "K": i32,
+             "stride_bk": i32}
+    module = compile_to_ir(fixed_a_kernel, types, {"BLOCK_K": 32}, divisibility={"a_ptr": 16, "b_ptr": 16,
+                           "c_ptr": 16, "stride_bk": 16}, num_warps=4)
+    module.functions[0].attrs["num_stages"] = 3
+    module = run_passes(module, ["canonicalize"] + LOWERING)
+    text = str(module)
+    assert '"mt.local_alloc"' in text and '"mt.ring_slot"' in text and "async_groups" not in text
+    k = 100
+    a = torch.randn(64, 32, generator=gen).bfloat16()
+    b = torch.randn(k, 64, generator=gen).bfloat16()
+    c = torch.full((64, 64), float("nan"))
+    ptx, name = ptx_of(module)
+    args = [a, b, c, k, 64]
+    run_ptx(ptx, name, (1, 1, 1), args, 128)
+    blocks = torch.zeros(-(-k // 32) * 32, 64, dtype=torch.float64)
+    blocks[:k] = b.double()
+    want = a.double() @ blocks.reshape(-1, 32, 64).sum(0)
+    assert (args[2].double() - want).abs().max() <= 1e-4 * want.abs().max()  # f32 accumulation

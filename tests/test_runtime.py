@@ -140,7 +140,7 @@ def fake_compile_into(calls: list) -> Any:
     arg_types (pointers 8 bytes, i32/fp32 4, i64 8, i1 1), like the codegen's would."""
 
     def compile_kernel(fn, arg_types, constexprs, *, divisibility=None, equal_to_one=None, num_warps=4,
-                       num_stages=3, target="cubin", keep_ir=False):
+                       num_stages=3, target="cubin", keep_ir=False, min_blocks_per_sm=None):
         calls.append(dict(fn=fn, arg_types=dict(arg_types), constexprs=dict(constexprs),
                           divisibility=dict(divisibility or {}), equal_to_one=set(equal_to_one or ()),
                           num_warps=num_warps, num_stages=num_stages))

@@ -32,9 +32,21 @@ def store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS
 def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: mt.constexpr, BLOCK_N: mt.constexpr, BLOCK_K: mt.constexpr,
-                  HAS_BIAS: mt.constexpr = False, ACTIVATION: mt.constexpr = "none"):
-    pid_m = mt.program_id(0)
-    pid_n = mt.program_id(1)
+                  HAS_BIAS: mt.constexpr = False, ACTIVATION: mt.constexpr = "none", GROUP_M: mt.constexpr = 0):
+    if GROUP_M > 0:
+        # A 1-D grid in grouped order: GROUP_M rows of C tiles are swept column by column, so consecutive programs
+        # share the A rows and B columns they read (L2 reuse) instead of streaming all of B per row of tiles.
+        pid = mt.program_id(0)
+        num_pid_m = mt.cdiv(M, BLOCK_M)
+        num_pid_n = mt.cdiv(N, BLOCK_N)
+        in_group = GROUP_M * num_pid_n
+        first_m = (pid // in_group) * GROUP_M
+        group_rows = min(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % in_group) % group_rows
+        pid_n = (pid % in_group) // group_rows
+    else:  # a 2-D grid (M tiles, N tiles)
+        pid_m = mt.program_id(0)
+        pid_n = mt.program_id(1)
     rm = pid_m * BLOCK_M + mt.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + mt.arange(0, BLOCK_N)
     rk = mt.arange(0, BLOCK_K)
@@ -74,10 +86,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
 
 
 # A small autotuning space over the same kernel (the constexprs the configs set are left out of the launch).
-# ptxas -v on sm_90a: 128x128x64 / 8 warps uses 32 KB of shared memory, 64x128x32 16 KB, 64x64x32 8 KB.
+# The Hopper main loop (passes/pipeline.py): wgmma reads cp.async ring slots in place, asynchronously. 128x256x64
+# on 2 warpgroups (each m64n256k16, M split over them), 3 stages of 48 KB in dynamic shared memory (4 would not
+# fit with the epilogue's 32 KB of static scratch: the pass lowers it); 128x128x64 4 stages of 32 KB; 64x64x32 is
+# the small-problem / interpreter config. GROUP_M 8: grouped program order for L2 reuse (1-D grid).
 MATMUL_CONFIGS = [
-    mt.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=8, num_stages=3),
-    mt.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=4, num_stages=4),
+    mt.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=3),
+    mt.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=4),
     mt.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3),
 ]
 # Interpreted, the smallest tiles run fastest in numpy: interpret_config picks them.
@@ -85,8 +100,12 @@ matmul_kernel_autotuned = mt.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"
 
 
 def _matmul_grid(meta: dict) -> tuple[int, int]:
-    """One program per (BLOCK_M, BLOCK_N) tile of C; module-level so every launch reuses one launch function."""
-    return mt.cdiv(meta["M"], meta["BLOCK_M"]), mt.cdiv(meta["N"], meta["BLOCK_N"])
+    """One program per (BLOCK_M, BLOCK_N) tile of C (a 1-D grid in grouped order when GROUP_M is set); module-level
+    so every launch reuses one launch function."""
+    tiles_m, tiles_n = mt.cdiv(meta["M"], meta["BLOCK_M"]), mt.cdiv(meta["N"], meta["BLOCK_N"])
+    if meta.get("GROUP_M", 0):
+        return tiles_m * tiles_n, 1
+    return tiles_m, tiles_n
 
 
 def matmul_autotuned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,9 @@ is the stage; copies happen when issued, so commits and waits do nothing.
     mt.alloc_ring    a fresh zero-filled array of the result's shape
     mt.async_copy    ring[slot] = the pointees (read through Memory, bounds-checked like mt.load); masked-off lanes 0
     mt.local_load    a copy of ring[slot]
-    mt.async_commit, mt.async_wait   no-ops (the copy is already complete)
+    mt.ring_slot     a copy of ring[slot] too (on the GPU a view the dot reads in place; the pass rewrites a slot
+                     only after the dot that read it retired, so the copy sees the same values)
+    mt.async_commit, mt.async_wait, mt.dot_wait   no-ops (the copy is already complete)
 
 The ring is mutated in place: the pass guarantees a slot is rewritten only after its last mt.local_load.
 """
@@ -69,5 +71,6 @@ def build_nothing(op: Operation, use: SlotOf, define: SlotOf) -> Step:
 
 STEP_BUILDERS: dict[str, Callable[[Operation, SlotOf, SlotOf], Step]] = {
     "mt.alloc_ring": build_alloc_ring, "mt.async_copy": build_async_copy, "mt.local_load": build_local_load,
-    "mt.async_commit": build_nothing, "mt.async_wait": build_nothing,
+    "mt.ring_slot": build_local_load, "mt.async_commit": build_nothing, "mt.async_wait": build_nothing,
+    "mt.dot_wait": build_nothing,
 }

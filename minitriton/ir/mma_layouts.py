@@ -35,6 +35,9 @@ Shared (#mt.shared): `order` lists the dims fastest first (the contiguous one, K
 `swizzle` the byte width S of the swizzle atom: 8 rows of S bytes, in which byte address bits 4 .. 4 + log2(S / 16)
 (the 16-byte chunk) are XORed with bits 7 .. (so with 128-byte rows, chunk j of row r is stored at j ^ (r % 8)),
 as the hardware's wgmma descriptors and TMA expect (codegen/wgmma.py). Not a distributed layout: no thread map.
+With `operand = 0 | 1` (pipeline ring slots a wgmma reads in place, passes/pipeline.py) the tile is laid out as that
+wgmma operand: 0 = A (M x K, order [1, 0]: K-major, rows permuted as above), 1 = B (K x N, order [1, 0]: N-major,
+column atoms of S / 2 values; the wgmma takes it with imm-trans-b = 1); `stages` on a ring's encoding counts slots.
 """
 from __future__ import annotations
 

@@ -298,6 +298,30 @@ def _local_load(o: Operation) -> None:
         fail(o, f"result must be one slot, tensor<{'x'.join(map(str, ring.shape[1:]))}x{ring.scalar}>, got {res}")
 
 
+@op("mt.ring_slot", "Slot `slot` of a ring buffer as a shared-memory tile (a view: no data moves; operands (ring, "
+    "slot)); the result's `#mt.shared` encoding says how the slot is laid out. A wgmma mt.dot reads it in place. "
+    "The slot's group must have been waited for, and the slot is not rewritten before the dot that reads it retired.",
+    pure=False)
+def _ring_slot(o: Operation) -> None:
+    counts(o, 2, 1)
+    ring = _ring_of(o)
+    _slot_operand(o, 1)
+    res = o.result.type
+    if not isinstance(res, TensorType) or tuple(res.shape) != tuple(ring.shape[1:]) or res.scalar != ring.scalar:
+        fail(o, f"result must be one slot, tensor<{'x'.join(map(str, ring.shape[1:]))}x{ring.scalar}>, got {res}")
+    if ring.encoding is not None and (res.encoding is None or res.encoding.kind != "shared"):
+        fail(o, f"a slot of a ring with a layout has a #mt.shared encoding, got {res}")
+
+
+@op("mt.dot_wait", "Waits until at most `pending` groups of asynchronous dots (an mt.dot with attr `async_groups`: "
+    "wgmma.commit_group / wgmma.wait_group) are still running; their results are readable after it.", pure=False)
+def _dot_wait(o: Operation) -> None:
+    counts(o, 0, 0)
+    pending = attr(o, "pending", int)
+    if pending < 0:  # type: ignore[operator]
+        fail(o, f"pending must be >= 0, got {pending}")
+
+
 # -------------------------------------------------------------------------------------------- memory
 
 
