@@ -1,6 +1,10 @@
 """Ops that move elements between threads or registers: splat, broadcast, expand_dims, convert_layout, trans,
 reshape.
 
+A convert_layout between equivalent layouts (`layouts_equivalent`: every element in the same thread and register,
+e.g. a slice whose sliced-away dim had only warps, and the blocked layout without that dim) is a pure rename. The
+tiling pass keeps such converts instead of recomputing index math, since they cost nothing here.
+
 Each is "element e of the result is element index(e) of the operand". When every thread already holds, for each
 result register, the operand element it needs in one fixed operand register (the same register index in every
 thread), the op is free: the result is a list of the operand's register names (`register_permutation`). The
@@ -14,7 +18,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from minitriton.ir import Operation
-from minitriton.ir.layouts import ThreadMap, linear_index, row_major_strides
+from minitriton.ir.layouts import ThreadMap, layouts_equivalent, linear_index, row_major_strides
 
 from .context import KernelContext
 from .registers import CLASS_BYTES, reg_class
@@ -188,6 +192,10 @@ def lower_convert_layout(ctx: KernelContext, op: Operation) -> None:
         from .mma import lower_to_dot_operand
 
         lower_to_dot_operand(ctx, op)
+        return
+    src_enc = op.operands[0].type.encoding
+    if src_enc is not None and enc is not None and layouts_equivalent(src_enc, enc, op.result.type.shape):
+        ctx.bind(op.result, list(ctx.get(op.operands[0])))  # same element in the same register of every thread
         return
     strides = row_major_strides(op.result.type.shape)
     move(ctx, op, identity, strides, strides)

@@ -8,21 +8,39 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    (passes/axis_info.py): dims ordered by the pointer's contiguity (most contiguous fastest), and a per-thread
    vector along the fastest dim of w = min(contiguity, alignment / element size, 16 bytes / element size,
    elements / threads, mask constancy) elements: 4 x f32 or 8 x bf16 for an aligned arange-based access, 1 when
-   the alignment is unknown. Threads and warps are spread as Triton's BlockedEncodingAttr::get does. The width
-   is recorded on the op as `vector_width` for the codegen. A TMA descriptor load's result is an anchor too
-   (`descriptor_layout`: 16-byte vectors along the innermost dim, which the 128B swizzle keeps contiguous in
-   shared memory); a descriptor store takes its tile in whatever layout it has (it goes through shared memory).
+   the alignment is unknown. Lanes are spread as Triton's BlockedEncodingAttr::get does. Warps are placed
+   reduction-aware: `_reductions` follows the anchor's tile through elementwise ops, broadcasts, carried values
+   and reduces to every reduction of it, and `reduction_aware` picks, among the placements that keep a subset of
+   the reduced dims within warps (blocked_for_shape's keep_in_warp), the one that combines the fewest elements
+   across warps (through shared memory); e.g. a [128, 128] state reduced over axis 1 on 8 warps gets
+   warpsPerCTA = [8, 1] instead of Triton's [2, 4]. Lanes, hence coalescing and vector width, are unchanged. The width is recorded on the op as `vector_width` for the codegen. A TMA descriptor load's result
+   is an anchor too (`descriptor_layout`: 16-byte vectors along the innermost dim, which the 128B swizzle keeps
+   contiguous in shared memory); a descriptor store takes its tile in whatever layout it has.
+   *Small* accesses are not anchors up front (`_is_weak`: a load, or a store, of at most one 16-byte vector per
+   thread whose tile is not, through elementwise ops, a loop-carried value): the first flood that reaches a small
+   load through its consumers (not through its index math) decides it, in a blocked layout equivalent to the
+   wanted one when there is one (so it keeps its vectors), e.g. an activation vector is read
+   replicated by every warp from L1 in slice(0, weight layout) instead of being converted through shared memory
+   each step (a replicated read costs at most as many instructions as the shared-memory loads of a conversion,
+   and no barrier). Small stores, and small loads no flood reaches, are coalesced as above once the other anchors
+   have flooded.
+   Loop-carried tiles are excluded because copies of them would occupy registers for the whole loop.
 2. Propagation. The rest of the kernel is a graph of *nodes*: an op (or one carried value of an scf.for / scf.if /
    scf.while) ties the layouts of its tensor operands and results: elementwise ops, broadcast, scan, loads,
    stores and carried values use one layout for all; reduce gives slice(axis, L) of its operand's L;
    expand_dims takes slice(axis, L) and gives L; trans permutes a blocked layout (free in registers); reshape
    and the a / b operands of dot are free (the codegen moves them through shared memory). From each anchor, in
-   program order, layouts flood through the ties to every node not yet decided; nodes no flood reaches get the
-   default layout (one element per thread, last dim fastest). A scalar stays a scalar: every thread holds it.
+   program order, layouts flood through the ties to every node not yet decided. A reduce reached from its result,
+   or an expand_dims reached from its operand, with a layout that is not the matching slice stays undecided: the
+   small side does not choose the layout of the big tile (the big tile's own flood decides it, and the conversion
+   lands on the small side). Nodes no flood reaches get the default layout (one element per thread, last dim
+   fastest; a reduce from its operand's side, an expand_dims from its result's). A scalar stays a scalar.
 3. Materialization. Where an operand's layout differs from what its consumer was decided with, the operand is
-   recomputed in the wanted layout when it is cheap index math (arange / splat / constant / broadcast /
-   expand_dims / integer and pointer arithmetic, at most REMAT_LIMIT ops), else converted by one
-   `mt.convert_layout` placed right after its definition (hoisted out of the loops that use it).
+   used as is with a `mt.convert_layout` when the two layouts are equivalent (`layouts_equivalent`: every
+   element in the same thread and register; the codegen lowers it to a register rename), else recomputed in the
+   wanted layout when it is cheap index math (arange / splat / constant / broadcast / expand_dims / integer and
+   pointer arithmetic, at most REMAT_LIMIT ops), else converted by one `mt.convert_layout` placed right after
+   its definition (hoisted out of the loops that use it).
 
 Preconditions: a kernel straight from the frontend (no encodings yet); attr `num_warps` (default 4).
 """
@@ -33,8 +51,9 @@ from dataclasses import dataclass, field
 
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
-from minitriton.ir.layouts import (WARP_SIZE, blocked_for_shape, default_layout, is_blocked, is_slice,
-                                   permute_layout, slice_of)
+from minitriton.ir.layouts import (WARP_SIZE, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
+                                   is_slice, layouts_equivalent, permute_layout, slice_of, thread_map,
+                                   vector_groups)
 from minitriton.ir.ops import OPS
 from minitriton.ir.types import LayoutAttr, PointerType, TensorType
 
@@ -99,8 +118,7 @@ def _is_tensor(v: Value) -> bool:
 Config = tuple[dict[Value, LayoutAttr], dict[Slot, "LayoutAttr | None"]]
 
 
-def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: LayoutAttr,
-          num_warps: int) -> Config | None:
+def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: LayoutAttr) -> Config | None:
     """The node's layouts given one port's layout, or None when that port does not determine them."""
     name = node.rule
     if name == "same" or name in _SAME:
@@ -113,7 +131,7 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
         elif is_slice(hint) and hint.get("dim") == axis:
             operand = hint.get("parent")
         else:
-            operand = default_layout(op.operands[0].type.shape, num_warps)
+            return None  # many operand layouts reduce to this one or none does: the operand's side decides
         return {v: slice_of(axis, operand) for v in node.defs}, {s: operand for s in node.uses}
     if name == "mt.expand_dims":
         axis = op.attrs["axis"]
@@ -122,7 +140,7 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
         elif is_slice(hint) and hint.get("dim") == axis:
             result = hint.get("parent")
         else:
-            result = default_layout(op.result.type.shape, num_warps)
+            return None  # the result's side decides (its layout is the one the big tile lives in)
         return {op.result: result}, {(op, 0): slice_of(axis, result)}
     if name == "mt.trans":
         perm = list(op.attrs["order"])
@@ -216,9 +234,85 @@ class _Solver:
     def _try(self, node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: LayoutAttr) -> None:
         if node.decided:
             return
-        config = _rule(node, hint_def, hint_use, hint, self.num_warps)
+        if node in self.weak:
+            if hint_def is not None:  # only a load's consumers decide it (not its index math)
+                self._decide_weak(node, hint)
+            return
+        config = _rule(node, hint_def, hint_use, hint)
         if config is not None:
             self._decide(node, config)
+
+    def _decide_coalesced(self, node: _Node) -> None:
+        enc, width = coalesced_layout(node.op, self.analysis, self.num_warps, self._reductions(node))
+        self.vector_width[node.op] = width
+        self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
+
+    def _is_weak(self, node: _Node) -> bool:
+        """A small access: a load / store of at most one 16-byte vector per thread whose tile is not (through
+        elementwise ops) loop-carried. Not an anchor up front: a small load takes the layout its consumers want when
+        their flood reaches it (reading it replicated, every warp its own copy from L1, is cheaper than converting it
+        through shared memory); a small store, and a small load no flood reached, is coalesced after the big
+        anchors' floods, so its index math does not choose the layouts of the big computation."""
+        if node.rule not in ("mt.load", "mt.store"):
+            return False
+        if self._reaches_carried(node):
+            return False
+        t = node.op.operands[0].type
+        per_thread = max(1, MAX_VECTOR_BYTES // t.scalar.pointee.bytes)  # type: ignore[union-attr]
+        return t.numel <= self.num_warps * WARP_SIZE * per_thread
+
+    def _reaches_carried(self, node: _Node) -> bool:
+        """Whether the access's tile is (through elementwise ops, either way) a loop-carried value: a replicated
+        layout there would hold its copies in registers for the whole loop."""
+        seen: set[Value] = set()
+        stack = list(node.defs) if node.rule == "mt.load" else [node.op.operands[1]]  # the data, not the index math
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            near = [self.slot_node[s] for s in self.users.get(v, [])] + \
+                   ([self.def_node[v]] if v in self.def_node else [])
+            for other in near:
+                if other.rule == "same":
+                    return True
+                if other.rule in _SAME and other.rule not in _MEMORY and other.rule != "mt.broadcast":
+                    stack.extend(other.defs)
+                    stack.extend(s[0].operands[s[1]] for s in other.uses)
+        return False
+
+    def _decide_weak(self, node: _Node, hint: LayoutAttr) -> None:
+        """Decide a weak access in `hint`, or in a blocked layout equivalent to it (vectorizable; the conversion to
+        `hint` is then a register rename)."""
+        shape = node.op.operands[0].type.shape
+        enc = blocked_equivalent(hint, shape) or hint
+        width = width_in_layout(node.op, self.analysis, enc) if is_blocked(enc) else 1
+        self.vector_width[node.op] = width
+        self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
+
+    def _reductions(self, anchor: _Node) -> list[tuple[int, int]]:
+        """The reductions of the anchor's tile, as (anchor dim reduced, elements reduced): reduces reached from its
+        values through ops that keep the tile's dims (elementwise, broadcast, loads / stores, carried values) and
+        through the reduces themselves (a reduce's result keeps the other dims, in the same lanes and warps)."""
+        rank = len(anchor.op.operands[0].type.shape)
+        found: list[tuple[int, int]] = []
+        seen: set[Value] = set()
+        start = list(anchor.defs) + [s[0].operands[s[1]] for s in anchor.uses]
+        stack: list[tuple[Value, tuple[int, ...]]] = [(v, tuple(range(rank))) for v in start]
+        while stack:
+            v, dims = stack.pop()  # dims[i]: the anchor dim that dim i of v is
+            if v in seen or len(v.type.shape) != len(dims):  # type: ignore[union-attr]
+                continue
+            seen.add(v)
+            for slot in self.users.get(v, []):
+                node = self.slot_node[slot]
+                if node.rule == "mt.reduce":
+                    axis = node.op.attrs["axis"]
+                    found.append((dims[axis], v.type.numel))  # type: ignore[union-attr]
+                    stack.extend((r, dims[:axis] + dims[axis + 1:]) for r in node.defs)
+                elif node.rule == "same" or node.rule in _SAME:
+                    stack.extend((r, dims) for r in node.defs)
+        return found
 
     def _flood(self) -> None:
         while self.queue:
@@ -240,17 +334,24 @@ class _Solver:
                 op = node.op
                 self._decide(node, ({op.result: acc}, {(op, 0): None, (op, 1): None, (op, 2): acc}))
         dots, self.queue = self.queue, deque()
+        self.analysis = analysis
+        self.weak: set[_Node] = set()
         for node in self.nodes:  # 1. anchors, all fixed before any flooding so no flood can override one
             if node.rule in _MEMORY and node.uses and node.uses[0][1] == 0:
-                enc, width = coalesced_layout(node.op, analysis, self.num_warps)
-                self.vector_width[node.op] = width
-                self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
+                if self._is_weak(node):
+                    self.weak.add(node)  # decided by the flood that reaches it first (see _try)
+                    continue
+                self._decide_coalesced(node)
             elif node.rule == "mt.descriptor_load":
                 self._decide(node, ({node.op.result: descriptor_layout(node.op.result.type, self.num_warps)}, {}))
         self.queue, anchors = dots, self.queue
         self._flood()
         self.queue = anchors
         self._flood()
+        for node in self.nodes:  # small accesses no strong anchor reached: coalesced, like the others
+            if node in self.weak and not node.decided:
+                self._decide_coalesced(node)
+                self._flood()
         for node in self.nodes:  # 2. dots whose result no anchor reached, then everything else
             if node.rule == "mt.dot" and not node.decided:
                 self._decide_default(node)
@@ -261,12 +362,14 @@ class _Solver:
                 self._flood()
 
     def _decide_default(self, node: _Node) -> None:
-        if node.defs:
-            v = node.defs[0]
-            self._try(node, v, None, default_layout(v.type.shape, self.num_warps))
-        else:
-            slot = node.uses[0]
-            self._try(node, None, slot, default_layout(slot[0].operands[slot[1]].type.shape, self.num_warps))
+        # The default of the larger side: a reduce's operand, an expand_dims' result, else the first result.
+        ports: list[tuple[Value | None, Slot | None, Value]] = [(v, None, v) for v in node.defs]
+        uses = [(None, s, s[0].operands[s[1]]) for s in node.uses]
+        ports = uses + ports if node.rule == "mt.reduce" else ports + uses
+        for hint_def, hint_use, v in ports:
+            self._try(node, hint_def, hint_use, default_layout(v.type.shape, self.num_warps))
+            if node.decided:
+                break
         assert node.decided, f"tiling: could not decide {node.rule}"
 
     # -- rewriting
@@ -289,7 +392,8 @@ class _Solver:
             return v
         key = (v, want)
         if key not in self.memo:
-            if _cheap_size(v, REMAT_LIMIT) <= REMAT_LIMIT:
+            equivalent = layouts_equivalent(v.type.encoding, want, v.type.shape)  # type: ignore[arg-type]
+            if not equivalent and _cheap_size(v, REMAT_LIMIT) <= REMAT_LIMIT:
                 self.memo[key] = self._recompute(v, want)
             else:
                 conv = Operation("mt.convert_layout", [v], [v.type.with_encoding(want)], loc=_loc_of(v))
@@ -301,7 +405,7 @@ class _Solver:
         op = v.defining_op
         assert op is not None
         node = _Node(op.name, op, [v], [(op, i) for i, x in enumerate(op.operands) if _is_tensor(x)])
-        config = _rule(node, v, None, want, self.num_warps)
+        config = _rule(node, v, None, want)
         assert config is not None
         operands = [self._in_layout(x, config[1][(op, i)]) if _is_tensor(x) else x  # type: ignore[arg-type]
                     for i, x in enumerate(op.operands)]
@@ -343,8 +447,11 @@ def _loc_of(v: Value):  # type: ignore[no-untyped-def]
 # -------------------------------------------------------------------------------------------- coalescing
 
 
-def coalesced_layout(op: Operation, analysis: AxisAnalysis, num_warps: int) -> tuple[LayoutAttr, int]:
-    """The blocked layout and vector width for a load / store / atomic_add on a tile of pointers."""
+def coalesced_layout(op: Operation, analysis: AxisAnalysis, num_warps: int,
+                     reductions: list[tuple[int, int]] | None = None) -> tuple[LayoutAttr, int]:
+    """The blocked layout and vector width for a load / store / atomic_add on a tile of pointers; the warps are
+    placed to keep `reductions` ((dim, elements reduced) pairs) within warps where the tile allows
+    (`reduction_aware`)."""
     ptr = op.operands[0]
     shape = ptr.type.shape
     info = analysis.info(ptr)
@@ -356,7 +463,45 @@ def coalesced_layout(op: Operation, analysis: AxisAnalysis, num_warps: int) -> t
         width = 1  # one atomic per element
     spt = [1] * len(shape)
     spt[order[0]] = width
-    return blocked_for_shape(shape, num_warps, spt, order), width
+    return reduction_aware(shape, num_warps, spt, order, reductions or []), width
+
+
+def reduction_aware(shape: tuple[int, ...], num_warps: int, spt: list[int], order: list[int],
+                    reductions: list[tuple[int, int]]) -> LayoutAttr:
+    """The cheapest of the blocked layouts that keep a subset of the reduced dims within warps (Triton's
+    placement being the empty subset). The cost of a layout is the elements its reductions combine across warps
+    (through shared memory); ties go to the fewest dims kept, i.e. the placement closest to Triton's."""
+    axes = sorted({d for d, _ in reductions})
+    best: tuple[int, int] | None = None
+    choice = blocked_for_shape(shape, num_warps, spt, order)
+    for mask in range(1 << len(axes)):
+        keep = [a for i, a in enumerate(axes) if mask >> i & 1]
+        enc = blocked_for_shape(shape, num_warps, spt, order, keep_in_warp=keep)
+        dims = thread_map(enc, shape).dims
+        cost = sum(n for d, n in reductions if dims[d].distinct_warps > 1)
+        if best is None or (cost, len(keep)) < best:
+            best, choice = (cost, len(keep)), enc
+    return choice
+
+
+def width_in_layout(op: Operation, analysis: AxisAnalysis, enc: LayoutAttr) -> int:
+    """The vector width for a load / store on a tile of pointers that a flood put in the blocked layout `enc`: what
+    the axis facts allow along its fastest dim, cut to the thread's run there (1 for an atomic)."""
+    if op.name == "mt.atomic_add":
+        return 1
+    ptr = op.operands[0]
+    shape, dim = ptr.type.shape, enc.get("order")[0]
+    mask = op.operands[_MASK_INDEX[op.name]] if len(op.operands) > _MASK_INDEX[op.name] else None
+    width = vector_width(analysis.info(ptr), analysis.info(mask) if mask is not None else None, dim, shape,
+                         ptr.type.scalar.pointee.bytes, 1, cap=min(enc.get("sizePerThread")[dim], shape[dim]))
+    tmap = thread_map(enc, shape)
+    while width > 1:
+        try:
+            vector_groups(tmap, dim, width)
+            return width
+        except ValueError:
+            width //= 2
+    return 1
 
 
 def descriptor_layout(t: TensorType, num_warps: int) -> LayoutAttr:
@@ -369,13 +514,16 @@ def descriptor_layout(t: TensorType, num_warps: int) -> LayoutAttr:
 
 
 def vector_width(ptr: AxisInfo, mask: AxisInfo | None, dim: int, shape: tuple[int, ...], elem_bytes: int,
-                 num_warps: int) -> int:
-    """Elements per vector access along `dim` that the facts allow (a power of two, 1 when nothing is known)."""
+                 num_warps: int, cap: int | None = None) -> int:
+    """Elements per vector access along `dim` that the facts allow (a power of two, 1 when nothing is known), at
+    most `cap` (default: the elements per thread when the tile is spread over all threads)."""
     numel = 1
     for s in shape:
         numel *= s
+    if cap is None:
+        cap = max(1, numel // (num_warps * WARP_SIZE))
     width = min(ptr.contiguity[dim], max(1, ptr.divisibility[dim] // elem_bytes),
-                max(1, MAX_VECTOR_BYTES // elem_bytes), max(1, numel // (num_warps * WARP_SIZE)), shape[dim])
+                max(1, MAX_VECTOR_BYTES // elem_bytes), cap, shape[dim])
     if mask is not None:
         width = min(width, mask.constancy[dim])
     width = 1 << (max(1, width).bit_length() - 1)

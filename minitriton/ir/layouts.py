@@ -115,10 +115,14 @@ def check_blocked(enc: LayoutAttr) -> None:
 
 
 def blocked_for_shape(shape: Sequence[int], num_warps: int, size_per_thread: Sequence[int] | None = None,
-                      order: Sequence[int] | None = None) -> LayoutAttr:
+                      order: Sequence[int] | None = None, keep_in_warp: Sequence[int] = ()) -> LayoutAttr:
     """The blocked layout Triton would build for `shape` (BlockedEncodingAttr::get): starting at the fastest dim,
     give each dim as many lanes (then warps) as it has runs of sizePerThread, and the leftovers to the slowest dim.
-    Defaults: one element per thread, the last dim fastest."""
+    Defaults: one element per thread, the last dim fastest.
+
+    `keep_in_warp` (dims the tile is reduced along): lanes are placed as above, but warps go first to the other
+    dims (fastest first, each up to its runs not yet covered by lanes), so a reduction along those dims stays
+    within a warp; warps left over go where Triton would put them."""
     rank = len(shape)
     spt = list(size_per_thread) if size_per_thread is not None else [1] * rank
     order = list(order) if order is not None else list(reversed(range(rank)))
@@ -133,7 +137,28 @@ def blocked_for_shape(shape: Sequence[int], num_warps: int, size_per_thread: Seq
         threads //= want
     tpw[order[-1]] *= lanes
     wpc[order[-1]] *= warps
+    avoid = [d for d in keep_in_warp if 0 <= d < rank]
+    if avoid and len(set(avoid)) < rank and any(wpc[d] > 1 for d in avoid):
+        wpc = _warps_off(shape, spt, tpw, order, num_warps, set(avoid))
     return blocked(spt, tpw, wpc, order)
+
+
+def _warps_off(shape: Sequence[int], spt: Sequence[int], tpw: Sequence[int], order: Sequence[int], num_warps: int,
+               avoid: set[int]) -> list[int]:
+    """warpsPerCTA putting warps on the dims not in `avoid` first (up to their uncovered runs), then on the avoided
+    dims, unless the tile is small (at most 4 elements per thread): then the leftover warps hold copies."""
+    wpc, warps = [1] * len(shape), num_warps
+    numel = 1
+    for s in shape:
+        numel *= s
+    small = numel <= 4 * num_warps * 32  # copies of a small tile cost less than a reduction across warps
+    preferred = [d for d in order if d not in avoid] + ([] if small else [d for d in order if d in avoid])
+    for d in preferred:
+        room = max(1, shape[d] // (spt[d] * tpw[d]))
+        wpc[d] = max(1, min(room, warps))
+        warps //= wpc[d]
+    wpc[preferred[0]] *= warps  # more warps than runs: replicate along the first preferred dim
+    return wpc
 
 
 def default_layout(shape: Sequence[int], num_warps: int) -> LayoutAttr:
@@ -343,3 +368,49 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= s
     return tuple(reversed(strides))
+
+
+# ------------------------------------------------------------------------------------------- equivalence
+
+
+def layouts_equivalent(a: LayoutAttr, b: LayoutAttr, shape: Sequence[int]) -> bool:
+    """Whether `a` and `b` over `shape` put every element in the same thread and register (exactly: every thread's
+    elements are compared register by register). A conversion between them is then a register rename."""
+    if a == b:
+        return True
+    return _equivalent(a, b, tuple(shape))
+
+
+@lru_cache(maxsize=4096)
+def _equivalent(a: LayoutAttr, b: LayoutAttr, shape: tuple[int, ...]) -> bool:
+    try:
+        ta, tb = _thread_map(a, shape), _thread_map(b, shape)
+    except ValueError:
+        return False
+    if ta.num_warps != tb.num_warps or ta.num_regs != tb.num_regs:
+        return False
+    if ta.reg_offsets != tb.reg_offsets:
+        return all(ta.elements(t) == tb.elements(t) for t in range(ta.num_threads))
+    return all(ta.base(t) == tb.base(t) for t in range(ta.num_threads))
+
+
+def blocked_equivalent(enc: LayoutAttr, shape: Sequence[int]) -> LayoutAttr | None:
+    """A blocked layout equivalent to `enc` over `shape` (enc itself when it is blocked), or None. For a slice of a
+    blocked layout, the sliced-away dim's lanes and warps are merged into each other dim in turn and the first
+    candidate that `layouts_equivalent` accepts is taken (a blocked layout is what vectorized memory access needs)."""
+    if is_blocked(enc):
+        return enc
+    if not is_slice(enc) or not is_blocked(enc.get("parent")):
+        return None
+    d, parent = enc.get("dim"), enc.get("parent")
+    spt, tpw, wpc, order = (list(parent.get(k)) for k in ("sizePerThread", "threadsPerWarp", "warpsPerCTA",
+                                                         "order"))
+    keep = [e for e in range(len(order)) if e != d]
+    new_order = [keep.index(e) for e in order if e != d]
+    for e in keep:
+        cand = blocked([spt[x] for x in keep],
+                       [tpw[x] * (tpw[d] if x == e else 1) for x in keep],
+                       [wpc[x] * (wpc[d] if x == e else 1) for x in keep], new_order)
+        if layouts_equivalent(cand, enc, shape):
+            return cand
+    return None
