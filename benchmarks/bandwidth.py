@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .harness import Table, copy_bandwidth, do_bench, log
+from .harness import Table, copy_bandwidth, do_bench, log, triton_peers
 
 VECTOR_ELEMENTS = 1 << 28
 ROWS, COLS = 4096, 8192
@@ -139,22 +139,13 @@ def same_size_copy_us(nbytes: int) -> float:
     return do_bench(lambda: dst.copy_(src)) * 1e3
 
 
-def _triton_peers() -> Any:
-    try:
-        from . import triton_peers
-    except ImportError as e:
-        log(f"triton is not importable ({e}): no Triton column")
-        return None
-    return triton_peers
-
-
 def run() -> Table:
     import torch
 
     bandwidth = copy_bandwidth()
     table = BandwidthTable("bandwidth", "Memory-bound kernels (us per call; lower is better)", unit="us",
                            notes={"floor": "copy", "copy GB/s": bandwidth / 1e9})
-    for case in cases(_triton_peers()):
+    for case in cases(triton_peers()):
         for name, fn in {"ours": case.ours, **case.peers}.items():
             log(f"bandwidth: {case.name}: checking {name}")
             case.check(name, fn())

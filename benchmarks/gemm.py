@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .harness import Table, do_bench, log
+from .harness import Table, do_bench, log, triton_peers
 
 PEAK_TFLOPS = 989.0  # H200 SXM dense bf16 tensor-core peak (TFLOP/s)
 SHAPES = [("8192^3", 8192, 8192, 8192), ("4096^3", 4096, 4096, 4096), ("skinny", 64, 8192, 8192)]
@@ -106,15 +106,6 @@ def _params(config: Any) -> dict[str, Any]:
     return dict(config.kwargs if hasattr(config, "kwargs") else config.params)
 
 
-def _triton_peers() -> Any:
-    try:
-        from . import triton_peers
-    except ImportError as e:
-        log(f"triton is not importable ({e}): no Triton column")
-        return None
-    return triton_peers
-
-
 def _time_checked(problem: Problem, who: str, fn: Callable[[], Any]) -> float:
     """Check, then the median microseconds per call."""
     import torch
@@ -130,7 +121,7 @@ def tflops(problem: Problem, us: float | None) -> float | None:
 
 
 def run() -> Table:
-    peers = _triton_peers()
+    peers = triton_peers()
     table = Table("gemm", "bf16 GEMM (us per call; lower is better)", unit="us",
                   notes={"floor": f"peak {PEAK_TFLOPS:.0f} TFLOP/s"})
     for name, m, n, k in SHAPES:

@@ -30,6 +30,16 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
+def triton_peers() -> Any:
+    """benchmarks/triton_peers.py (Triton's versions of the kernels), or None with a log line when triton is absent."""
+    try:
+        from . import triton_peers as peers
+    except ImportError as e:
+        log(f"triton is not importable ({e}): no Triton column")
+        return None
+    return peers
+
+
 # ----------------------------------------------------------------------------------------------- timing
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import minitriton as mt
 
-from .harness import Table, host_time_us, log
+from .harness import Table, host_time_us, log, triton_peers
 
 N = 128
 
@@ -91,15 +91,6 @@ def c_loop_us(kernel: Any, n: int = 20000, repeats: int = 3) -> float | None:
         best = min(loop(launch, fn, launcher.threads, stream, launcher.params.address, n) for _ in range(repeats))
     torch.cuda.synchronize()
     return best
-
-
-def triton_peers() -> Any:
-    try:
-        from . import triton_peers as peers
-    except ImportError:
-        log("triton is not installed: no Triton column")
-        return None
-    return peers
 
 
 def run() -> Table:

@@ -290,12 +290,18 @@ def _async_wait(o: Operation) -> None:
 @op("mt.local_load", "Reads slot `slot` of a ring buffer as a tile (in the result's layout); operands (ring, slot). "
     "The slot's group must have been waited for.", pure=False)
 def _local_load(o: Operation) -> None:
+    _one_slot(o)
+
+
+def _one_slot(o: Operation) -> TensorType:
+    """Checks (ring, slot) -> one slot of the ring; returns the ring's type."""
     counts(o, 2, 1)
     ring = _ring_of(o)
     _slot_operand(o, 1)
     res = o.result.type
     if not isinstance(res, TensorType) or tuple(res.shape) != tuple(ring.shape[1:]) or res.scalar != ring.scalar:
         fail(o, f"result must be one slot, tensor<{'x'.join(map(str, ring.shape[1:]))}x{ring.scalar}>, got {res}")
+    return ring
 
 
 @op("mt.ring_slot", "Slot `slot` of a ring buffer as a shared-memory tile (a view: no data moves; operands (ring, "
@@ -303,12 +309,8 @@ def _local_load(o: Operation) -> None:
     "The slot's group must have been waited for, and the slot is not rewritten before the dot that reads it retired.",
     pure=False)
 def _ring_slot(o: Operation) -> None:
-    counts(o, 2, 1)
-    ring = _ring_of(o)
-    _slot_operand(o, 1)
+    ring = _one_slot(o)
     res = o.result.type
-    if not isinstance(res, TensorType) or tuple(res.shape) != tuple(ring.shape[1:]) or res.scalar != ring.scalar:
-        fail(o, f"result must be one slot, tensor<{'x'.join(map(str, ring.shape[1:]))}x{ring.scalar}>, got {res}")
     if ring.encoding is not None and (res.encoding is None or res.encoding.kind != "shared"):
         fail(o, f"a slot of a ring with a layout has a #mt.shared encoding, got {res}")
 
