@@ -1,0 +1,40 @@
+"""One GEMM launch per config of the example matmul at an odd size, checked against torch: what
+tools/sanitize.sh runs under compute-sanitizer (small, so memcheck and racecheck finish in seconds).
+
+    python tools/gemm_case.py [M N K]        (default 200 264 136)
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import minitriton as mt  # noqa: E402
+from minitriton.kernels.examples import matmul as mm  # noqa: E402
+
+
+def main() -> None:
+    M, N, K = (int(x) for x in sys.argv[1:4]) if len(sys.argv) >= 4 else (200, 264, 136)
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(M, K, generator=gen).to(torch.bfloat16).cuda()
+    b = torch.randn(K, N, generator=gen).to(torch.bfloat16).cuda()
+    want = (a.double() @ b.double()).cpu()
+    for config in mm.MATMUL_CONFIGS:
+        meta = dict(config.kwargs)
+        c = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+        tiles = (mt.cdiv(M, meta["BLOCK_M"]), mt.cdiv(N, meta["BLOCK_N"]))
+        grid = (tiles[0] * tiles[1],) if meta.get("GROUP_M", 0) else tiles
+        mm.matmul_kernel[grid](a, b, c, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                               c.stride(0), c.stride(1), **meta, num_warps=config.num_warps,
+                               num_stages=config.num_stages)
+        torch.cuda.synchronize()
+        err = ((c.double().cpu() - want).norm() / want.norm()).item()
+        print(f"{config}: relative error {err:.2e}")
+        assert err < 1e-2, config
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# compute-sanitizer over small cases of every kernel family (run on the H200 after tools/gpu_check.sh installed the
+# package): memcheck on the GEMM configs, KDA decode, WarpDecode and FlashKDA; racecheck on the GEMM and FlashKDA
+# (the kernels that share shared memory between warps). One line per run: the case and the sanitizer's summary.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="/tmp/site:$PWD/.whl:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+status=0
+run() {  # tool, name, command...
+    local tool=$1 name=$2
+    shift 2
+    local log="${OUT:-/tmp}/sanitize_${tool}_${name}.log"
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" > "$log" 2>&1
+    local rc=$?
+    printf "%-10s %-12s exit %-3s %s\n" "$tool" "$name" "$rc" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+    [ $rc -eq 0 ] || { status=1; grep -E "^=+ (Invalid|Error|Race|.*hazard)" "$log" | head -5; tail -3 "$log"; }
+}
+pytest_case() { echo python3 -m pytest -q -x -p no:cacheprovider -m gpu "$@"; }
+run memcheck gemm python3 tools/gemm_case.py
+run racecheck gemm python3 tools/gemm_case.py
+run memcheck kda_decode $(pytest_case tests/test_kda_decode.py -k cuda_graph)
+run memcheck warp_decode $(pytest_case tests/test_warp_decode.py -k cuda_graph)
+run memcheck flash_kda $(pytest_case "tests/test_flash_kda.py::test_gpu_matches_reference[False-4-1000]")
+run racecheck flash_kda $(pytest_case "tests/test_flash_kda.py::test_gpu_matches_reference[False-4-1000]")
+exit $status
