@@ -1,7 +1,8 @@
 """Benchmark: KDA chunked prefill (minitriton.kernels.flash_kda.chunk_kda) against fla 0.6.0 chunk_kda.
 
     python benchmarks/bench_flash_kda.py [--shapes 1x32768x96,8x4096x32] [--state-precision tf32|bf16]
-                                         [--context-parallel auto|on|off] [--no-save]
+                                         [--context-parallel auto|on|off] [--recurrence-warps 4|8]
+                                         [--intra-variant chunk64|sub16] [--no-save]
 
 Rows, per shape B x T x H (K = V = 128, bf16 q/k/v/g, raw beta logits, no initial state, fp32 final state):
   ours   chunk_kda(...) with the default (automatic) context-parallel choice
@@ -117,14 +118,21 @@ def time_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
         return None
 
 
-def run(shapes=SHAPES, state_precision: str = "tf32", context_parallel: bool | None = None) -> "harness.Table":
+def run(shapes=SHAPES, state_precision: str = "tf32", context_parallel: bool | None = None,
+        recurrence_warps: int | None = None, intra_variant: str | None = None) -> "harness.Table":
     from minitriton.kernels import flash_kda
 
     flash_kda.STATE_PRECISION = state_precision
+    if recurrence_warps is not None:  # A/B of the phase-2 occupancy choice (flash_kda.RECURRENCE_WARPS)
+        flash_kda.RECURRENCE_WARPS = recurrence_warps
+    if intra_variant is not None:  # A/B of the phase-1 kernel (flash_kda.INTRA_VARIANT)
+        flash_kda.INTRA_VARIANT = intra_variant
     bandwidth = harness.copy_bandwidth()
     table = harness.Table("flash_kda", "KDA chunked prefill (K = V = 128, bf16, fp32 final state)", unit="ms",
                           notes={"copy_bandwidth_Bps": bandwidth, "peak_flops": PEAK_FLOPS,
-                                 "state_precision": state_precision, "context_parallel": context_parallel})
+                                 "state_precision": state_precision, "context_parallel": context_parallel,
+                                 "recurrence_warps": flash_kda.RECURRENCE_WARPS or "auto",
+                                 "intra_variant": flash_kda.INTRA_VARIANT})
     for B, T, H in shapes:
         p = make_problem(B, T, H)
         dims = p.shape
@@ -143,11 +151,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES), help="BxTxH,BxTxH,...")
     ap.add_argument("--state-precision", default="tf32", choices=("tf32", "bf16"))
     ap.add_argument("--context-parallel", default="auto", choices=("auto", "on", "off"))
+    ap.add_argument("--recurrence-warps", type=int, choices=(4, 8),
+                    help="override flash_kda.RECURRENCE_WARPS (default: chosen per launch)")
+    ap.add_argument("--intra-variant", choices=("chunk64", "sub16"), help="override flash_kda.INTRA_VARIANT")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
     cp = {"auto": None, "on": True, "off": False}[args.context_parallel]
-    table = run(shapes, args.state_precision, cp)
+    table = run(shapes, args.state_precision, cp, args.recurrence_warps, args.intra_variant)
     print(table.format())
     if not args.no_save:
         table.save()

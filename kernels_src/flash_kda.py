@@ -6,9 +6,11 @@ math). Chunk 64, sub-chunks of 16. Two phases, scheduled independently (docs/ker
 counts behind the split):
 
 1. `kda_intra_chunk_kernel`, token-parallel, one program per (64-token chunk, head): q/k L2 norm, beta sigmoid, the
-   floored gate and its in-chunk cumsum (log2 units), the 16x16 blocks of the causal score matrix Aqk and of
-   L = StrictTril(Diag(beta) K Gamma K^T), the UT inverse (I + L)^-1 (Neumann doubling on the diagonal blocks, block
-   merges below), and the WY factors w, u plus the gated kg, qg. It writes them once, in bf16.
+   floored gate and its in-chunk cumsum (log2 units), the causal score matrix Aqk and
+   L = StrictTril(Diag(beta) K Gamma K^T) as [64, 64] tiles (one gate reference per 16-row sub-chunk), the UT
+   inverse (I + L)^-1 (Neumann doubling on the 16x16 diagonal blocks, block merges below), and the WY factors w, u
+   plus the gated kg, qg. It writes them once, in bf16. `kda_intra_chunk_sub16_kernel` is its previous form on
+   16-row tiles (INTRA_VARIANT "sub16"), kept for A/B timing.
 2. `kda_recurrence_kernel`, sequential over the chunks of a segment, parallel over (column block, segment, head):
    v_new = u - w S;  o = qg S + Aqk v_new;  S <- Diag(2^G_last) S + kg^T v_new.  The same kernel with
    TRANSITION=True runs the recurrence on the augmented state [M | E] (identity / zero start, u = 0 on the M part) to
@@ -41,9 +43,13 @@ MIN_SEGMENT = 1024  # auto context parallelism never cuts a sequence into segmen
 MAX_SPLITS = 32  # fla's cap on the merge-chain depth (precision of the fp32 composition)
 STATE_BLOCK = 64  # state columns per phase-2 program ([K, 64] f32 state tile)
 INTRA_WARPS = 8
-RECURRENCE_WARPS = 8
+INTRA_VARIANT = "chunk64"  # phase 1: "chunk64" (whole-chunk tiles, all dots on mma.sync) or "sub16" (the previous
+#                            16-row sub-chunk kernel, kept for A/B timing on the GPU)
+RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recurrence_warps)
+MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
 STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
+EXP2_CAP = 120.0  # log2 cap of the dropped score columns' factor: finite, never selected
 POISON_BUFFERS = False  # fill outputs and intermediates with NaN before the kernels run (tests: every read is written)
 
 
@@ -51,16 +57,18 @@ POISON_BUFFERS = False  # fill outputs and intermediates with NaN before the ker
 
 
 @mt.func
-def _load_rows(ptr, row_off, valid, COLS: mt.constexpr):
-    """Rows `row_off` (token*H + head, i64) of a [tokens, H, COLS] tensor as f32; invalid rows read 0."""
+def _load_rows(ptr, base, row_h, valid, COLS: mt.constexpr):
+    """Rows base + row_h of a [tokens, H, COLS] tensor as f32 (base = first token * H + head, a scalar i64;
+    row_h = in-chunk token * H, i32: 64-bit math once per chunk, not per element); invalid rows read 0."""
     cols = mt.arange(0, COLS)
-    return mt.load(ptr + row_off[:, None] * COLS + cols[None, :], mask=valid[:, None], other=0.0).to(mt.float32)
+    return mt.load(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), mask=valid[:, None],
+                   other=0.0).to(mt.float32)
 
 
 @mt.func
-def _store_rows(ptr, row_off, valid, x, COLS: mt.constexpr):
+def _store_rows(ptr, base, row_h, valid, x, COLS: mt.constexpr):
     cols = mt.arange(0, COLS)
-    mt.store(ptr + row_off[:, None] * COLS + cols[None, :], x, mask=valid[:, None])
+    mt.store(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), x, mask=valid[:, None])
 
 
 @mt.func
@@ -70,7 +78,8 @@ def _l2_normalize(x):
 
 @mt.func
 def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr):
-    """(I - N)^-1 for a strictly lower triangular SUBxSUB tile N: prod_i (I + N^(2^i)), all on mt.dot."""
+    """(I - N)^-1 for N strictly lower triangular within SUBxSUB diagonal blocks (one block, or a block-diagonal
+    tile of several: N^16 = 0 either way): prod_i (I + N^(2^i)), all on mt.dot."""
     power = n_mat
     inv = eye + n_mat
     for _ in mt.static_range(NEUMANN_STEPS):
@@ -79,12 +88,119 @@ def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr):
     return inv
 
 
-@mt.kernel
+@mt.kernel(min_blocks_per_sm=1)
 def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
+                           w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
+                           K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr):
+    """One (chunk, head): everything about the chunk that does not depend on the incoming state.
+
+    Writes per token row: w = Ainv (beta k 2^G), u = Ainv (beta v), kg = k 2^(G_last - G), qg = scale q 2^G
+    ([tokens, H, K or V], bf16), the chunk's row of Aqk = scale Tril(q 2^G (k 2^-G)^T) with zeros above the
+    diagonal ([tokens, H, BT], bf16), and decay = 2^G_last per (chunk, head) ([chunks, H, K], f32).
+
+    Every tile is a whole chunk ([BT, K], [BT, BT]) so that every mt.dot is BT rows tall (tensor cores: mma.sync
+    with 8 warps); the 16-row sub-chunks exist only as row masks and per-row gate references.
+    """
+    chunk = mt.program_id(0)
+    h = mt.program_id(1)
+    start = mt.load(chunk_ptr + 2 * chunk)
+    end = mt.load(chunk_ptr + 2 * chunk + 1)
+    NS = BT // SUB
+    rt = mt.arange(0, BT)
+    block = rt // SUB  # the sub-chunk of each row
+    ci = rt[:, None]
+    cj = rt[None, :]
+    rows = start + rt
+    valid = rows < end
+    base = start.to(mt.int64) * H + h
+    row_h = rt * H
+    gate_scale = mt.exp(mt.load(a_log_ptr + h))
+    gate_bias = mt.load(dt_bias_ptr + h * K + mt.arange(0, K))
+
+    # Activations and the log2 gate cumsum G. g of rows past the chunk end is 0, so G_last is right for a partial
+    # chunk; q, k and beta of those rows are 0.
+    q = _l2_normalize(_load_rows(q_ptr, base, row_h, valid, K))
+    kk = _l2_normalize(_load_rows(k_ptr, base, row_h, valid, K))
+    graw = _load_rows(g_ptr, base, row_h, valid, K)
+    gate = mt.where(valid[:, None], lower_bound * mt.sigmoid(gate_scale * (graw + gate_bias[None, :])), 0.0)
+    b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
+    gcum = mt.cumsum(gate, axis=0) * RCP_LN2
+    g_last = mt.sum(gate, axis=0) * RCP_LN2
+
+    # G_start[s] (G just before sub-chunk s, the exclusive prefix: kda.md §1.5) and, per row, its own sub-chunk's
+    # G_start: the reference of the row factors, rel = 2^(G - G_start) in [2^-115, 1] with the -5 floor.
+    gstart = (mt.zeros((K,), mt.float32),)
+    gref = mt.zeros((BT, K), mt.float32)
+    for s in mt.static_range(1, NS):
+        gs = mt.sum(mt.where((rt < s * SUB)[:, None], gate, 0.0), axis=0) * RCP_LN2
+        gstart = gstart + (gs,)
+        gref = mt.where((block == s)[:, None], gs[None, :], gref)
+    rel = mt.exp2(gcum - gref)
+    from_start = mt.exp2(gcum)  # 2^G <= 1 (a tiny true value may flush to 0)
+    _store_rows(qg_ptr, base, row_h, valid, q * from_start * scale, K)
+    _store_rows(kg_ptr, base, row_h, valid, kk * mt.exp2(g_last[None, :] - gcum), K)
+    q_rel = q * rel
+    k_rel_lo = (kk * rel).to(mt.bfloat16)
+
+    # Score rows of sub-chunk s: (q 2^(G - G_start[s])) . (k 2^(G_start[s] - G))^T for the columns up to the end
+    # of sub-chunk s. The column factor is <= 2^115 on sub-chunk s and <= 1 before it (flushing to 0 only where
+    # the true product is below 2^-126); later columns are zeroed (their exponent is capped so nothing overflows).
+    # One full-height dot per sub-chunk and matrix keeps the dots on tensor cores; the rows of the other
+    # sub-chunks are computed and dropped (4x the MACs of the causal blocks; 16x16 output tiles would go to CUDA
+    # cores at 8 warps, and a [16, 64] row block cannot be placed into a [64, 64] tile without slicing).
+    aqk = mt.zeros((BT, BT), mt.float32)
+    lmat = mt.zeros((BT, BT), mt.float32)
+    for s in mt.static_range(NS):
+        col_on = (rt < (s + 1) * SUB)[:, None]
+        k_col_t = mt.trans(mt.where(col_on, kk * mt.exp2(mt.minimum(gstart[s][None, :] - gcum, EXP2_CAP)), 0.0))
+        in_s = (block == s)[:, None]
+        # Aqk in tf32; L with bf16 operands: measured, the errors do not move (notes), and it halves its MMAs
+        aqk = mt.where(in_s, mt.dot(q_rel, k_col_t, input_precision="tf32"), aqk)
+        lmat = mt.where(in_s, mt.dot(k_rel_lo, k_col_t.to(mt.bfloat16)), lmat)
+    aqk = mt.where(ci >= cj, aqk * scale, 0.0)
+    lmat = mt.where(ci > cj, lmat * b[:, None], 0.0)
+    mt.store(aqk_ptr + base * BT + (row_h[:, None] * BT + cj), aqk, mask=valid[:, None])
+
+    # UT inverse (I + L)^-1 = (I + M)^-1 (I + D)^-1 with D the 16x16 diagonal blocks of L and M = (I + D)^-1 F,
+    # F = L - D. (I + D)^-1 by Neumann doubling (exact: D^16 = 0, the same products as per 16x16 block); M is
+    # strictly block-lower with 4 blocks, so M^4 = 0 and (I + M)^-1 = (I + M^2)(I - M) (fla's block merges).
+    eye = (ci == cj).to(mt.float32)
+    same_block = (ci // SUB) == (cj // SUB)
+    d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION)
+    m = mt.dot(d_inv, mt.where(same_block, 0.0, lmat), input_precision=SOLVE_PRECISION)
+    m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION)
+    step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION)
+    ainv = step + mt.dot(m2, step, input_precision=SOLVE_PRECISION)
+
+    # WY factors, tf32 on f32 operands (not bf16: these products carry the UT solve into w and u).
+    w = mt.dot(ainv, kk * from_start * b[:, None], input_precision="tf32")
+    _store_rows(w_ptr, base, row_h, valid, w, K)
+    vb = _load_rows(v_ptr, base, row_h, valid, V) * b[:, None]
+    _store_rows(u_ptr, base, row_h, valid, mt.dot(ainv, vb, input_precision="tf32"), V)
+    mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
+
+
+@mt.func
+def _load_rows_i64(ptr, row_off, valid, COLS: mt.constexpr):
+    """Rows `row_off` (token*H + head, i64) of a [tokens, H, COLS] tensor as f32; invalid rows read 0."""
+    cols = mt.arange(0, COLS)
+    return mt.load(ptr + row_off[:, None] * COLS + cols[None, :], mask=valid[:, None], other=0.0).to(mt.float32)
+
+
+@mt.func
+def _store_rows_i64(ptr, row_off, valid, x, COLS: mt.constexpr):
+    cols = mt.arange(0, COLS)
+    mt.store(ptr + row_off[:, None] * COLS + cols[None, :], x, mask=valid[:, None])
+
+
+@mt.kernel(min_blocks_per_sm=1)
+def kda_intra_chunk_sub16_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
                            w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr,
                            H, scale, lower_bound, diag_up, diag_down,
                            K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr):
-    """One (chunk, head): everything about the chunk that does not depend on the incoming state.
+    """kda_intra_chunk_kernel's previous form (INTRA_VARIANT "sub16"), kept for GPU A/B timing: the same outputs
+    from 16-row sub-chunk tiles. Its 16x16 dots cannot use mma.sync with 8 warps (CUDA-core FMAs), and its
+    tuples of [16, K] tiles cost ~300 layout-conversion barriers (docs/kernels/flash_kda.md).
 
     Writes per token row: w = Ainv (beta k 2^G), u = Ainv (beta v), kg = k 2^(G_last - G), qg = scale q 2^G
     ([tokens, H, K or V], bf16), the chunk's row of Aqk = scale Tril(q 2^G (k 2^-G)^T) with zeros above the
@@ -118,16 +234,16 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
         row_off = rows.to(mt.int64) * H + h
         row_offs = row_offs + (row_off,)
         valids = valids + (valid,)
-        q = _l2_normalize(_load_rows(q_ptr, row_off, valid, K))
-        kk = _l2_normalize(_load_rows(k_ptr, row_off, valid, K))
-        graw = _load_rows(g_ptr, row_off, valid, K)
+        q = _l2_normalize(_load_rows_i64(q_ptr, row_off, valid, K))
+        kk = _l2_normalize(_load_rows_i64(k_ptr, row_off, valid, K))
+        graw = _load_rows_i64(g_ptr, row_off, valid, K)
         gate = mt.where(valid[:, None], lower_bound * mt.sigmoid(gate_scale * (graw + gate_bias[None, :])), 0.0)
         b = mt.sigmoid(mt.load(beta_ptr + row_off, mask=valid, other=0.0).to(mt.float32))
         b = mt.where(valid, b, 0.0)
         qn = qn + (q,)
         kn = kn + (kk,)
         beta = beta + (b,)
-        vb = vb + (_load_rows(v_ptr, row_off, valid, V) * b[:, None],)
+        vb = vb + (_load_rows_i64(v_ptr, row_off, valid, V) * b[:, None],)
         gstart = gstart + (carry,)
         gcum = gcum + (mt.cumsum(gate, axis=0) * RCP_LN2 + carry[None, :],)
         carry = carry + mt.sum(gate, axis=0) * RCP_LN2
@@ -150,8 +266,8 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
         k_end = k_end + (kn[s] * mt.exp2(gstart[s + 1][None, :] - gcum[s]),)
         from_start = mt.exp2(gstart[s])[None, :]
         k_wy = k_wy + (kn[s] * rel * from_start * beta[s][:, None],)
-        _store_rows(qg_ptr, row_offs[s], valids[s], qn[s] * rel * from_start * scale, K)
-        _store_rows(kg_ptr, row_offs[s], valids[s], k_end[s] * mt.exp2(g_last - gstart[s + 1])[None, :], K)
+        _store_rows_i64(qg_ptr, row_offs[s], valids[s], qn[s] * rel * from_start * scale, K)
+        _store_rows_i64(kg_ptr, row_offs[s], valids[s], k_end[s] * mt.exp2(g_last - gstart[s + 1])[None, :], K)
         col = mt.trans((kn[s] * inv) * diag_down)
         qk = mt.dot((qn[s] * diag_up) * rel, col, input_precision="tf32")
         kk2 = mt.dot((kn[s] * diag_up) * rel, col, input_precision="tf32")
@@ -196,8 +312,8 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
         for t in mt.static_range(s + 1):  # tf32, not bf16: these products carry the UT solve into w and u
             w = mt.dot(ainv[s][t], k_wy[t], w, input_precision="tf32")
             u = mt.dot(ainv[s][t], vb[t], u, input_precision="tf32")
-        _store_rows(w_ptr, row_off, valid, w, K)
-        _store_rows(u_ptr, row_off, valid, u, V)
+        _store_rows_i64(w_ptr, row_off, valid, w, K)
+        _store_rows_i64(u_ptr, row_off, valid, u, V)
         for t in mt.static_range(NS):
             block = a_rows[s][t] if t <= s else mt.zeros((SUB, SUB), mt.float32)
             mt.store(aqk_ptr + row_off[:, None] * BT + (t * SUB + sub)[None, :], block, mask=valid[:, None])
@@ -207,7 +323,7 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
 # ------------------------------------------------------------------------------------------------ phase 2
 
 
-@mt.kernel
+@mt.kernel(min_blocks_per_sm=1)  # without it ptxas picks 40 registers and spills 6 KB (8 warps)
 def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_ptr, h0_ptr, ht_ptr, seg_ptr,
                           H, h0_sn, h0_sh, h0_sk, h0_sv, ht_sn, ht_sh, ht_sk, ht_sv,
                           K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, BV: mt.constexpr,
@@ -249,12 +365,13 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         else:
             state = mt.zeros((K, BV), mt.float32)
     for t0 in range(start, end, BT):
-        rows = t0 + rt
-        valid = rows < end
-        row_off = rows.to(mt.int64) * H + h
-        w = mt.load(w_ptr + row_off[:, None] * K + rk[None, :], mask=valid[:, None], other=0.0)
-        kg_t = mt.load(kg_ptr + row_off[None, :] * K + rk[:, None], mask=valid[None, :], other=0.0)
-        u = mt.load(u_ptr + row_off[:, None] * V + u_cols[None, :], mask=valid[:, None] & u_on[None, :],
+        valid = t0 + rt < end
+        # 64-bit only in the chunk's scalar base row; in-chunk offsets are i32 (fewer registers per element)
+        base = t0.to(mt.int64) * H + h
+        rt_h = rt * H
+        w = mt.load(w_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
+        kg_t = mt.load(kg_ptr + base * K + (rt_h[None, :] * K + rk[:, None]), mask=valid[None, :], other=0.0)
+        u = mt.load(u_ptr + base * V + (rt_h[:, None] * V + u_cols[None, :]), mask=valid[:, None] & u_on[None, :],
                     other=0.0).to(mt.float32)
         chunk = chunk0 + (t0 - start) // BT
         decay = mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk)
@@ -262,10 +379,10 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         v_new = u - mt.dot(w, state_lo)
         v_lo = v_new.to(mt.bfloat16)
         if not TRANSITION:
-            qg = mt.load(qg_ptr + row_off[:, None] * K + rk[None, :], mask=valid[:, None], other=0.0)
-            aqk = mt.load(aqk_ptr + row_off[:, None] * BT + rt[None, :], mask=valid[:, None], other=0.0)
+            qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
+            aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None], other=0.0)
             o = mt.dot(aqk, v_lo, mt.dot(qg, state_lo))
-            mt.store(o_ptr + row_off[:, None] * V + cols[None, :], o, mask=valid[:, None])
+            mt.store(o_ptr + base * V + (rt_h[:, None] * V + cols[None, :]), o, mask=valid[:, None])
         if STATE_PRECISION == "tf32":  # v_new keeps 11 bits instead of 8 in the state it accumulates into
             state = state * decay[:, None] + mt.dot(kg_t.to(mt.float32), v_new, input_precision="tf32")
         else:
@@ -278,7 +395,7 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                      state)
 
 
-@mt.kernel
+@mt.kernel(min_blocks_per_sm=1)
 def kda_merge_kernel(maps_ptr, h0_ptr, s_in_ptr, seq_ptr, H, h0_sn, h0_sh, h0_sk, h0_sv,
                      K: mt.constexpr, V: mt.constexpr, BV: mt.constexpr, HAS_H0: mt.constexpr):
     """One (column block, sequence, head): the incoming state of each of the sequence's segments,
@@ -526,12 +643,17 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         return out
     a_log = torch.zeros(H, device=dev) if A_log is None else A_log.reshape(H).float().contiguous()
     bias = torch.zeros(H * K, device=dev) if dt_bias is None else dt_bias.reshape(H * K).float().contiguous()
-    shift = round(SUB * abs(lower_bound) / 2 * RCP_LN2)  # half the worst 16-row decay span, in log2 units
-    _launch(kda_intra_chunk_kernel, (n_chunks, H), (
-        q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(), a_log, bias,
-        tables.chunks, out["w"], out["u"], out["kg"], out["qg"], out["aqk"], out["decay"],
-        H, scale, float(lower_bound), float(2.0 ** shift), float(2.0 ** -shift)),
-        K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS)
+    args = (q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(), a_log, bias,
+            tables.chunks, out["w"], out["u"], out["kg"], out["qg"], out["aqk"], out["decay"],
+            H, scale, float(lower_bound))
+    if INTRA_VARIANT == "sub16":
+        shift = round(SUB * abs(lower_bound) / 2 * RCP_LN2)  # half the worst 16-row decay span, in log2 units
+        kernel, args = kda_intra_chunk_sub16_kernel, args + (float(2.0 ** shift), float(2.0 ** -shift))
+    elif INTRA_VARIANT == "chunk64":
+        kernel = kda_intra_chunk_kernel
+    else:
+        raise ValueError(f"INTRA_VARIANT must be 'chunk64' or 'sub16', got {INTRA_VARIANT!r}")
+    _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS)
     return out
 
 
@@ -546,11 +668,23 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)
     width = K + V if transition else V
-    _launch(kda_recurrence_kernel, (width // bv * segments.shape[0] * H,), (
+    programs = width // bv * segments.shape[0] * H
+    _launch(kda_recurrence_kernel, (programs,), (
         f["w"], f["u"], f["kg"], f["qg"], f["aqk"], f["decay"], o if o is not None else f["u"],
         h0 if h0 is not None else spare, ht if ht is not None else spare, segments,
         H, *h0_strides, *ht_strides), K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
-        STORE_HT=ht is not None, STATE_PRECISION=STATE_PRECISION, num_warps=RECURRENCE_WARPS)
+        STORE_HT=ht is not None, STATE_PRECISION=STATE_PRECISION,
+        num_warps=recurrence_warps(programs, _num_sms(segments.device)))
+
+
+def recurrence_warps(programs: int, num_sms: int) -> int:
+    """Phase-2 warps per program: RECURRENCE_WARPS when set, else 4 when 8-warp programs (one per SM: 255
+    registers x 256 threads fill the register file) would need more than one wave, 8 otherwise. Two 4-warp programs
+    share an SM, so e.g. H=96 (192 programs) runs in one wave with one program's stalls hidden behind the other's;
+    when everything fits in one wave anyway, 8 warps halve each program's serial instruction stream."""
+    if RECURRENCE_WARPS is not None:
+        return RECURRENCE_WARPS
+    return 4 if programs > num_sms else 8
 
 
 def _segment_states(f: dict[str, torch.Tensor], tables: Tables, h0: torch.Tensor | None, h0_v_first: bool,
@@ -565,9 +699,10 @@ def _segment_states(f: dict[str, torch.Tensor], tables: Tables, h0: torch.Tensor
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     _launch(kda_merge_kernel, (V // bv * tables.sequences.shape[0] * H,), (
         maps, h0 if h0 is not None else s_in, s_in, tables.sequences, H, *h0_strides),
-        K=K, V=V, BV=bv, HAS_H0=h0 is not None, num_warps=RECURRENCE_WARPS)
+        K=K, V=V, BV=bv, HAS_H0=h0 is not None, num_warps=MERGE_WARPS)
     return s_in
 
 
-__all__ = ["chunk_kda", "kda_intra_chunk_kernel", "kda_recurrence_kernel", "kda_merge_kernel", "segment_length",
+__all__ = ["chunk_kda", "kda_intra_chunk_kernel", "kda_intra_chunk_sub16_kernel", "kda_recurrence_kernel",
+           "kda_merge_kernel", "segment_length", "recurrence_warps",
            "plan", "Plan", "launch_tables", "CHUNK"]
