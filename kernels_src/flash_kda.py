@@ -43,8 +43,10 @@ MIN_SEGMENT = 1024  # auto context parallelism never cuts a sequence into segmen
 MAX_SPLITS = 32  # fla's cap on the merge-chain depth (precision of the fp32 composition)
 STATE_BLOCK = 64  # state columns per phase-2 program ([K, 64] f32 state tile)
 INTRA_WARPS = 8
-INTRA_VARIANT = "chunk64"  # phase 1: "chunk64" (whole-chunk tiles, all dots on mma.sync) or "sub16" (the previous
-#                            16-row sub-chunk kernel, kept for A/B timing on the GPU)
+# Phase 1: "sub16" (16-row sub-chunk tiles) or "chunk64" (whole-chunk tiles, every dot on mma.sync). Measured on the
+# H200 (2026-11-29, tools/flash_kda_variants.py), sub16 is faster: 5.29 vs 7.63 ms at B1 T32768 H16, 1.04 vs 1.46 ms at
+# B1 T8192 H12 — chunk64 spills 1.7 KB and does 4x the score work (no sub-tile slices in the DSL yet).
+INTRA_VARIANT = "sub16"
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recurrence_warps)
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us

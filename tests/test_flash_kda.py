@@ -195,14 +195,17 @@ def test_error_figure_detects_a_wrong_gate_convention(interpret):
 
 KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
     "kda_intra_chunk_kernel": ("w_ptr", "u_ptr", "kg_ptr", "qg_ptr", "aqk_ptr", "decay_ptr"),
+    "kda_intra_chunk_sub16_kernel": ("w_ptr", "u_ptr", "kg_ptr", "qg_ptr", "aqk_ptr", "decay_ptr"),
     "kda_recurrence_kernel": ("o_ptr", "ht_ptr"),
     "kda_merge_kernel": ("s_in_ptr",),
 }
 
 
-def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch):
-    """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes) is replayed from
-    its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the interpreter's."""
+@pytest.mark.parametrize("variant", ["sub16", "chunk64"])
+def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
+    """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
+    variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
+    interpreter's."""
     helpers = pytest.importorskip("ptx_helpers")
     from minitriton.ir.types import PointerType, ScalarType
 
@@ -216,10 +219,12 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch):
         launches.append((kernel, grid, before, list(args), constexprs))
 
     monkeypatch.setattr(flash_kda, "_launch", record)
+    monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
-    assert [k.__name__ for k, *_ in launches] == ["kda_intra_chunk_kernel", "kda_recurrence_kernel",
-                                                 "kda_merge_kernel", "kda_recurrence_kernel"]
+    phase1 = "kda_intra_chunk_kernel" if variant == "chunk64" else "kda_intra_chunk_sub16_kernel"
+    assert [k.__name__ for k, *_ in launches] == [phase1, "kda_recurrence_kernel", "kda_merge_kernel",
+                                                 "kda_recurrence_kernel"]
     for kernel, grid, before, after, constexprs in launches:
         params = kernel.runtime_params
         types = {n: PointerType(ScalarType(names[a.dtype])) if isinstance(a, torch.Tensor) else
