@@ -281,6 +281,11 @@ def _async_commit(o: Operation) -> None:
 @op("mt.async_wait", "Waits until at most `pending` committed groups of async copies are incomplete "
     "(cp.async.wait_group pending), then makes their data visible to the whole block.", pure=False)
 def _async_wait(o: Operation) -> None:
+    _pending_count(o)
+
+
+def _pending_count(o: Operation) -> None:
+    """A wait op: no operands or results, attr `pending` >= 0."""
     counts(o, 0, 0)
     pending = attr(o, "pending", int)
     if pending < 0:  # type: ignore[operator]
@@ -318,10 +323,7 @@ def _ring_slot(o: Operation) -> None:
 @op("mt.dot_wait", "Waits until at most `pending` groups of asynchronous dots (an mt.dot with attr `async_groups`: "
     "wgmma.commit_group / wgmma.wait_group) are still running; their results are readable after it.", pure=False)
 def _dot_wait(o: Operation) -> None:
-    counts(o, 0, 0)
-    pending = attr(o, "pending", int)
-    if pending < 0:  # type: ignore[operator]
-        fail(o, f"pending must be >= 0, got {pending}")
+    _pending_count(o)
 
 
 # -------------------------------------------------------------------------------------------- memory
