@@ -46,7 +46,14 @@ of `renorm_every` = 40 / |lower_bound| tokens (D >= e^-40) and after the bonus t
 
 Register tile: the state is held as [KJ, V, KL, KV] (k = (j*KL + l)*KV + v; KV = 4 fp32 = one 16-byte vector,
 KL = 8 lanes per row, `state_k_split`). Only the last axis is contiguous, so the coalesced layout puts a state row in
-8 lanes of one warp: reductions over K are in-thread fmas plus 3 shuffles, with no shared memory.
+8 lanes of one warp: reductions over K are in-thread fmas plus 3 shuffles, with no shared memory. The K vectors that
+meet the state (Dn*k, En*k, Dn*q, En*q) are in its slice layout, so the L2 norms and k.q are taken from them
+(k.k = (Dn*k).(En*k)); u is formed in the state's [1, V, 1, 1] slice and feeds the update without a move.
+
+Speed: `min_blocks_per_sm=2` (ptxas fits 8 warps in 128 registers; the inner token loops only reload a few
+loop-invariant values from local memory, no spill stores), so one program's state loads and stores overlap another's
+token loop; every token's raw rows are loaded one token
+ahead (software pipelining) and the conv taps once, so no token waits on global memory.
 See docs/kernels/kda_decode.md.
 """
 from __future__ import annotations
@@ -79,10 +86,16 @@ def _sigmoid(x):
 
 
 @mt.func
-def _short_conv_silu(c0, c1, c2, x, taps):
-    """Depthwise causal conv over the window (c0, c1, c2 oldest first, x the current input), then SiLU; `taps`
-    points at the channels' 4 taps (tap 3 multiplies the current input)."""
-    y = mt.load(taps + 0) * c0 + mt.load(taps + 1) * c1 + mt.load(taps + 2) * c2 + mt.load(taps + 3) * x
+def _load_taps(taps):
+    """The 4 conv taps of the channels `taps` points at (tap 3 multiplies the current input)."""
+    return mt.load(taps + 0), mt.load(taps + 1), mt.load(taps + 2), mt.load(taps + 3)
+
+
+@mt.func
+def _conv_silu_taps(c0, c1, c2, x, w0, w1, w2, w3):
+    """Depthwise causal conv over the window (c0, c1, c2 oldest first, x the current input) with the channels' taps
+    w0..w3 (w3 multiplies the current input), then SiLU."""
+    y = w0 * c0 + w1 * c1 + w2 * c2 + w3 * x
     return y * _sigmoid(y)
 
 
@@ -111,9 +124,12 @@ def _sum_cols(x):
 
 
 @mt.func
-def _inv_norm(x):
-    """1 / sqrt(sum(x^2) + eps) of a [KJ, 1, KL, KV] K vector: fla's l2norm is x times this."""
-    return mt.rsqrt(_sum_cols(x * x) + QK_NORM_EPS)
+def _inv_norm_dot(x_scaled, x_unscaled):
+    """1 / sqrt(x.x + eps) (fla's l2norm is x times this) from the [KJ, 1, KL, KV] columns Dn*x and En*x, whose
+    dot product is x.x because Dn*En = 1. The columns of Dn*x and En*x multiply the state, so they are in the
+    state's slice layout and the sum is in-thread fmas plus 3 shuffles; a separate column tile of x would get a
+    layout of its own with K over warps (a cross-warp reduction: 2 barriers) and cost one more shared-memory move."""
+    return mt.rsqrt(_sum_cols(x_scaled * x_unscaled) + QK_NORM_EPS)
 
 
 @mt.func
@@ -122,28 +138,40 @@ def _delta_update(S, D, E, k, v, g, beta, KJ: mt.constexpr, KL: mt.constexpr, KV
     state is S * D[None, :] (D a running column scale, E = 1 / D). With Dn = D e^g, En = E e^-g:
     u = beta (v - S (Dn*k)) = beta (v - S_true (decay*k)) and S_true' = S_true*decay + u k^T is S' = S + u (En*k)^T
     under the scale Dn, one fma per state element instead of a multiply and an fma. k comes un-normalized: 1/|k|
-    is applied to the [V] results. S is [KJ, V, KL, KV]; D, E, k, g are [K]; v is [V]. Returns (S', Dn, En)."""
+    is applied to the [V] results. u is computed in the state's [1, V, 1, 1] slice (v moves there; it does not
+    depend on the state, so its move is off the critical path) and feeds the update without another move.
+    S is [KJ, V, KL, KV]; D, E, k, g are [K]; v is [V]. Returns (S', Dn, En)."""
     dn = D * mt.exp(g)
     en = E * mt.exp(-g)
-    rk = _inv_norm(_state_cols(k, KJ, KL, KV))
-    u = beta * (v - rk * _sum_k(S * _state_cols(dn * k, KJ, KL, KV)))
-    return S + (u * rk)[None, :, None, None] * _state_cols(en * k, KJ, KL, KV), dn, en
+    dk = _state_cols(dn * k, KJ, KL, KV)
+    sk = _sum_k(S * dk)[None, :, None, None]
+    ek = _state_cols(en * k, KJ, KL, KV)
+    rk = _inv_norm_dot(dk, ek)
+    u = beta * (v[None, :, None, None] - rk * sk)
+    return S + (u * rk) * ek, dn, en
 
 
 @mt.func
 def _delta_update_with_output(S, D, E, q, k, v, g, beta, KJ: mt.constexpr, KL: mt.constexpr,
                               KV: mt.constexpr):
     """The update of `_delta_update` plus o = S_true' q^ (q^ = q / |q|; the caller applies the scale), computed
-    from the old state in the same pass: o = S_true (decay*q^) + u (k^.q^) = S (Dn*q) / |q| + u (k^.q^)."""
+    from the old state in the same pass: o = S_true (decay*q^) + u (k^.q^) = S (Dn*q) / |q| + u (k^.q^). The norms
+    and k.q come from the Dn- and En-scaled columns (`_inv_norm_dot`). o is returned as a [V] vector."""
     dn = D * mt.exp(g)
     en = E * mt.exp(-g)
-    k4 = _state_cols(k, KJ, KL, KV)
-    q4 = _state_cols(q, KJ, KL, KV)
-    rk = _inv_norm(k4)
-    rq = _inv_norm(q4)
-    u = beta * (v - rk * _sum_k(S * _state_cols(dn * k, KJ, KL, KV)))
-    o = rq * _sum_k(S * _state_cols(dn * q, KJ, KL, KV)) + u * (rk * rq * _sum_cols(k4 * q4))
-    return S + (u * rk)[None, :, None, None] * _state_cols(en * k, KJ, KL, KV), dn, en, o
+    # the order keeps at most three column tiles (48 registers) live next to the state
+    dq = _state_cols(dn * q, KJ, KL, KV)
+    eq = _state_cols(en * q, KJ, KL, KV)
+    rq = _inv_norm_dot(dq, eq)
+    sq = _sum_k(S * dq)[None, :, None, None]
+    dk = _state_cols(dn * k, KJ, KL, KV)
+    kq = _sum_cols(dk * eq)
+    sk = _sum_k(S * dk)[None, :, None, None]
+    ek = _state_cols(en * k, KJ, KL, KV)
+    rk = _inv_norm_dot(dk, ek)
+    u = beta * (v[None, :, None, None] - rk * sk)
+    o = rq * sq + u * (rk * rq * kq)
+    return S + (u * rk) * ek, dn, en, o.reshape(v.shape)
 
 
 @mt.func
@@ -160,31 +188,43 @@ def _renormalize(S, D, KJ: mt.constexpr, KL: mt.constexpr, KV: mt.constexpr):
 
 
 @mt.func
-def _new_token(q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr, conv_w_ptr, tok, S, D, E,
-               cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, ch_q, ch_k, ch_v, offs_k, offs_v, dt_bias, a_coef, norm_w,
-               scale, lower_bound, norm_eps, K: mt.constexpr, V: mt.constexpr, KJ: mt.constexpr, KL: mt.constexpr,
+def _load_token(q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, tok, offs_k, offs_v, K: mt.constexpr, V: mt.constexpr):
+    """The raw q, k, v, f rows and beta logit of new token-head `tok` (row of the [B*T*H] token-heads)."""
+    return (mt.load(q_ptr + tok * K + offs_k), mt.load(k_ptr + tok * K + offs_k), mt.load(v_ptr + tok * V + offs_v),
+            mt.load(f_ptr + tok * K + offs_k), mt.load(beta_ptr + tok))
+
+
+@mt.func
+def _load_draft(draft_proj_ptr, draft_beta_ptr, draft, offs_k, offs_v, K: mt.constexpr, V: mt.constexpr):
+    """The cached raw q, k, v, f rows and beta logit of draft-cache row `draft` (= (slot * MAX_DRAFTS + j) * H + h)."""
+    row = draft_proj_ptr + draft * (3 * K + V)
+    return (mt.load(row + offs_k), mt.load(row + K + offs_k), mt.load(row + 2 * K + offs_v),
+            mt.load(row + 2 * K + V + offs_k), mt.load(draft_beta_ptr + draft))
+
+
+@mt.func
+def _new_token(raw_q, raw_k, raw_v, raw_f, raw_b, gate_ptr, o_ptr, tok, S, D, E,
+               cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, wq0, wq1, wq2, wq3, wk0, wk1, wk2, wk3,
+               wv0, wv1, wv2, wv3, offs_v, dt_bias, a_coef, norm_w,
+               scale, lower_bound, norm_eps, V: mt.constexpr, KJ: mt.constexpr, KL: mt.constexpr,
                KV: mt.constexpr):
-    """One new token (row `tok` of the [B*T*H] token-heads): conv, gate, recurrence, gated RMSNorm -> o[tok].
-    Returns the state, the shifted conv windows and the token's raw inputs (a draft's go to the draft cache)."""
-    raw_q = mt.load(q_ptr + tok * K + offs_k)
-    raw_k = mt.load(k_ptr + tok * K + offs_k)
-    raw_v = mt.load(v_ptr + tok * V + offs_v)
-    raw_f = mt.load(f_ptr + tok * K + offs_k)
-    raw_b = mt.load(beta_ptr + tok)
+    """One new token (row `tok` of the [B*T*H] token-heads; its raw inputs already loaded): conv, gate, recurrence,
+    gated RMSNorm -> o[tok]. w*: the conv taps of the q, k, v channels. Returns the state and the shifted conv
+    windows."""
     xq = raw_q.to(mt.float32)
     xk = raw_k.to(mt.float32)
     xv = raw_v.to(mt.float32)
-    qq = _short_conv_silu(cq0, cq1, cq2, xq, conv_w_ptr + ch_q * 4)
-    kk = _short_conv_silu(ck0, ck1, ck2, xk, conv_w_ptr + ch_k * 4)
-    vv = _short_conv_silu(cv0, cv1, cv2, xv, conv_w_ptr + ch_v * 4)
+    qq = _conv_silu_taps(cq0, cq1, cq2, xq, wq0, wq1, wq2, wq3)
+    kk = _conv_silu_taps(ck0, ck1, ck2, xk, wk0, wk1, wk2, wk3)
+    vv = _conv_silu_taps(cv0, cv1, cv2, xv, wv0, wv1, wv2, wv3)
     g = _log_decay(raw_f.to(mt.float32), dt_bias, a_coef, lower_bound)
     S, D, E, o = _delta_update_with_output(S, D, E, qq, kk, vv, g, _sigmoid(raw_b.to(mt.float32)), KJ, KL, KV)
     gate = mt.load(gate_ptr + tok * V + offs_v).to(mt.float32)
     mt.store(o_ptr + tok * V + offs_v, _gated_rms_norm(o * scale, gate, norm_w, norm_eps, V))
-    return S, D, E, cq1, cq2, xq, ck1, ck2, xk, cv1, cv2, xv, raw_q, raw_k, raw_v, raw_f, raw_b
+    return S, D, E, cq1, cq2, xq, ck1, ck2, xk, cv1, cv2, xv
 
 
-@mt.kernel
+@mt.kernel(min_blocks_per_sm=2)
 def kda_decode_step_kernel(
         q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
         state_ptr, conv_state_ptr, draft_proj_ptr, draft_beta_ptr, state_idx_ptr, num_accepted_ptr,
@@ -208,8 +248,11 @@ def kda_decode_step_kernel(
         ch_k = H * K + h * K + offs_k
         ch_v = 2 * H * K + h * V + offs_v
 
-        # per-head parameters (the conv taps are re-read per token from L1 / L2 instead: they would hold 12 more
-        # vectors in registers through both loops)
+        # per-head parameters; the conv-tap vectors are 1 register each in the compact 1-D layout, cheaper than
+        # re-reading them from L1 every token (they were 8 + 12 dependent loads per replayed / new token). The q taps
+        # are loaded after the replay, which does not use them.
+        wk0, wk1, wk2, wk3 = _load_taps(conv_w_ptr + ch_k * 4)
+        wv0, wv1, wv2, wv3 = _load_taps(conv_w_ptr + ch_v * 4)
         dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
         a_coef = mt.exp(mt.load(a_log_ptr + h))
         norm_w = mt.load(o_norm_w_ptr + offs_v)
@@ -238,30 +281,38 @@ def kda_decode_step_kernel(
         cv1 = mt.load(conv_base + C + ch_v).to(mt.float32)
         cv2 = mt.load(conv_base + 2 * C + ch_v).to(mt.float32)
 
+        # The raw inputs of the next token are loaded one token ahead (software pipelining): the loads of token j+1
+        # are in flight while token j's state math runs, so no token waits a full memory latency for its rows.
+        # The bonus token's rows are loaded here, next to the state.
+        bonus = (b * T) * H + h
+        raw_q, raw_k, raw_v, raw_f, raw_b = _load_token(q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, bonus, offs_k, offs_v,
+                                                        K, V)
+        draft0 = (slot64 * MAX_DRAFTS) * H + h  # draft-cache row of the slot's draft 0 (drafts are H rows apart)
+        xq, xk, xv, xf, xb = _load_draft(draft_proj_ptr, draft_beta_ptr, draft0, offs_k, offs_v, K, V)
+
         # 1. replay the previous step's accepted drafts (no outputs; q only shifts through its conv window), in
         #    runs of `renorm_every` tokens with the deferred decay folded back into S after each run
         for j0 in range(0, n_replay, renorm_every):
             for j in range(j0, mt.minimum(j0 + renorm_every, n_replay)):
-                row = draft_proj_ptr + ((slot64 * MAX_DRAFTS + j) * H + h) * ROW
-                xq = mt.load(row + offs_k).to(mt.float32)
-                xk = mt.load(row + K + offs_k).to(mt.float32)
-                xv = mt.load(row + 2 * K + offs_v).to(mt.float32)
-                xf = mt.load(row + 2 * K + V + offs_k).to(mt.float32)
-                xb = mt.load(draft_beta_ptr + (slot64 * MAX_DRAFTS + j) * H + h).to(mt.float32)
-                kk = _short_conv_silu(ck0, ck1, ck2, xk, conv_w_ptr + ch_k * 4)
-                vv = _short_conv_silu(cv0, cv1, cv2, xv, conv_w_ptr + ch_v * 4)
-                g = _log_decay(xf, dt_bias, a_coef, lower_bound)
-                S, D, E = _delta_update(S, D, E, kk, vv, g, _sigmoid(xb), KJ, KL, KV)
-                cq0, cq1, cq2 = cq1, cq2, xq
-                ck0, ck1, ck2 = ck1, ck2, xk
-                cv0, cv1, cv2 = cv1, cv2, xv
+                # the next accepted draft's rows (the last one reloads its own: clamped, never past the accepted)
+                nq, nk, nv, nf, nb = _load_draft(draft_proj_ptr, draft_beta_ptr,
+                                                 draft0 + mt.minimum(j + 1, n_replay - 1) * H, offs_k, offs_v, K, V)
+                kk = _conv_silu_taps(ck0, ck1, ck2, xk.to(mt.float32), wk0, wk1, wk2, wk3)
+                vv = _conv_silu_taps(cv0, cv1, cv2, xv.to(mt.float32), wv0, wv1, wv2, wv3)
+                g = _log_decay(xf.to(mt.float32), dt_bias, a_coef, lower_bound)
+                S, D, E = _delta_update(S, D, E, kk, vv, g, _sigmoid(xb.to(mt.float32)), KJ, KL, KV)
+                cq0, cq1, cq2 = cq1, cq2, xq.to(mt.float32)
+                ck0, ck1, ck2 = ck1, ck2, xk.to(mt.float32)
+                cv0, cv1, cv2 = cv1, cv2, xv.to(mt.float32)
+                xq, xk, xv, xf, xb = nq, nk, nv, nf, nb
             S, D, E = _renormalize(S, D, KJ, KL, KV)
 
         # 2. the bonus token (t = 0, certain): its state is committed (the only state write)
-        S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, raw_q, raw_k, raw_v, raw_f, raw_b = _new_token(
-            q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr, conv_w_ptr, (b * T) * H + h, S, D, E,
-            cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, ch_q, ch_k, ch_v, offs_k, offs_v, dt_bias, a_coef, norm_w,
-            scale, lower_bound, norm_eps, K, V, KJ, KL, KV)
+        wq0, wq1, wq2, wq3 = _load_taps(conv_w_ptr + ch_q * 4)
+        S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2 = _new_token(
+            raw_q, raw_k, raw_v, raw_f, raw_b, gate_ptr, o_ptr, bonus, S, D, E,
+            cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, wq0, wq1, wq2, wq3, wk0, wk1, wk2, wk3,
+            wv0, wv1, wv2, wv3, offs_v, dt_bias, a_coef, norm_w, scale, lower_bound, norm_eps, V, KJ, KL, KV)
         S, D, E = _renormalize(S, D, KJ, KL, KV)
         mt.store(state_base + state_offs, S)
         mt.store(conv_base + ch_q, cq0)
@@ -275,19 +326,29 @@ def kda_decode_step_kernel(
         mt.store(conv_base + 2 * C + ch_v, cv2)
 
         # 3. this step's drafts t = 1..NUM_DRAFTS: outputs, and their raw projections kept for the next step's replay
-        for t0 in range(1, T, renorm_every):
-            for t in range(t0, mt.minimum(t0 + renorm_every, T)):
-                S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, raw_q, raw_k, raw_v, raw_f, raw_b = _new_token(
-                    q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr, conv_w_ptr, (b * T + t) * H + h, S, D, E,
-                    cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, ch_q, ch_k, ch_v, offs_k, offs_v, dt_bias, a_coef,
-                    norm_w, scale, lower_bound, norm_eps, K, V, KJ, KL, KV)
-                row = draft_proj_ptr + ((slot64 * MAX_DRAFTS + t - 1) * H + h) * ROW
-                mt.store(row + offs_k, raw_q)
-                mt.store(row + K + offs_k, raw_k)
-                mt.store(row + 2 * K + offs_v, raw_v)
-                mt.store(row + 2 * K + V + offs_k, raw_f)
-                mt.store(draft_beta_ptr + (slot64 * MAX_DRAFTS + t - 1) * H + h, raw_b)
-            S, D, E = _renormalize(S, D, KJ, KL, KV)
+        if NUM_DRAFTS > 0:
+            raw_q, raw_k, raw_v, raw_f, raw_b = _load_token(q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr,
+                                                            bonus + H, offs_k, offs_v, K, V)
+            for t0 in range(1, T, renorm_every):
+                for t in range(t0, mt.minimum(t0 + renorm_every, T)):
+                    tok = (b * T + t) * H + h
+                    # the next draft's rows (the last draft reloads its own)
+                    nq, nk, nv, nf, nb = _load_token(q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr,
+                                                     tok + mt.minimum(1, T - 1 - t) * H, offs_k, offs_v, K, V)
+                    draft = (slot64 * MAX_DRAFTS + t - 1) * H + h
+                    row = draft_proj_ptr + draft * ROW
+                    mt.store(row + offs_k, raw_q)
+                    mt.store(row + K + offs_k, raw_k)
+                    mt.store(row + 2 * K + offs_v, raw_v)
+                    mt.store(row + 2 * K + V + offs_k, raw_f)
+                    mt.store(draft_beta_ptr + draft, raw_b)
+                    S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2 = _new_token(
+                        raw_q, raw_k, raw_v, raw_f, raw_b, gate_ptr, o_ptr, tok, S, D, E,
+                        cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, wq0, wq1, wq2, wq3, wk0, wk1, wk2, wk3,
+                        wv0, wv1, wv2, wv3, offs_v, dt_bias, a_coef, norm_w, scale, lower_bound, norm_eps,
+                        V, KJ, KL, KV)
+                    raw_q, raw_k, raw_v, raw_f, raw_b = nq, nk, nv, nf, nb
+                S, D, E = _renormalize(S, D, KJ, KL, KV)
 
 
 # ------------------------------------------------------------------------------------------------ host side
