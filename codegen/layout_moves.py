@@ -12,9 +12,19 @@ tiling pass arranges this for splat, broadcast, expand_dims and trans. Otherwise
 memory (`exchange`): `bar.sync`, every owner stores its elements at their linear index, `bar.sync`, every thread
 loads the elements it needs. Tiles larger than the shared-memory budget go in several rounds, each handling one
 range of linear indices under per-register predicates.
+
+A 2-D convert_layout (the GEMM epilogue's accumulator -> store layout) takes a cheaper road when both layouts
+allow it (`swizzled_exchange`): rows of the tile go through shared memory row-major with 16-byte chunks XOR-
+swizzled by the row (chunk ^ (row % 8): the accumulator fragment's 8 rows x 4 threads of 4-byte pairs hit 32
+distinct banks, and a row read as 16-byte vectors stays one row), vector st.shared / ld.shared (pairs of 16-bit
+values packed into 32-bit words, up to 16 bytes), addresses `smem + (F(thread base) ^ F(register offset))` with F
+the GF(2)-linear byte-offset map (one xor + add per vector, the per-thread part once in the prologue), and the
+rounds static (blocks of rows that only the register offsets select, so no per-register predicates and no
+addresses computed up front).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable, Sequence
 
 from minitriton.ir import Operation
@@ -186,6 +196,150 @@ def lower_splat(ctx: KernelContext, op: Operation) -> None:
     ctx.bind(op.result, [ctx.get1(op.operands[0])] * ctx.tmap(op.result).num_regs)
 
 
+# ------------------------------------------------------------------------------- swizzled 2-D exchange
+
+
+def vector_width(tmap: ThreadMap, size: int) -> int:
+    """Elements per shared-memory vector (at most 16 bytes) along the last dim: runs of consecutive registers with
+    consecutive columns, each starting at a multiple of the width in every thread."""
+    base_cols = possible_bits(tmap, 1)
+    width = 16 // size
+    while width > 1:
+        if base_cols % width == 0 and tmap.num_regs % width == 0 and all(
+                tmap.reg_offsets[s][1] % width == 0
+                and all(tmap.reg_offsets[s + i] == (tmap.reg_offsets[s][0], tmap.reg_offsets[s][1] + i)
+                        for i in range(width))
+                for s in range(0, tmap.num_regs, width)):
+            return width
+        width //= 2
+    return 1
+
+
+@lru_cache(maxsize=256)
+def possible_bits(tmap: ThreadMap, dim: int) -> int:
+    """The bits any thread's base coordinate along `dim` may have set."""
+    bits = 0
+    for tid in range(tmap.num_threads):
+        bits |= tmap.base(tid)[dim]
+    return bits
+
+
+def _xor_linear(tmap: ThreadMap, rows_per_round: int) -> bool:
+    """Whether base + offset == base ^ offset for every register (no bit of an offset is a possible base bit) and
+    the base rows stay inside one round (so only the register offsets pick a register's round)."""
+    rows, cols = possible_bits(tmap, 0), possible_bits(tmap, 1)
+    return rows < rows_per_round and all(o[0] & rows == 0 and o[1] & cols == 0 for o in tmap.reg_offsets)
+
+
+def swizzled_offset(row: int, col: int, row_bytes: int, size: int) -> int:
+    """Byte offset of (row, col) in the swizzled row-major buffer: 16-byte chunk c of row r at c ^ (r % 8) (or
+    % the chunks per row, when fewer). GF(2)-linear in the bits of row and col (power-of-two row_bytes)."""
+    swz = min(8, row_bytes // 16)
+    return (row * row_bytes + col * size) ^ ((row & (swz - 1)) << 4)
+
+
+def swizzled_exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, dst: ThreadMap,
+                      cls: str) -> list[str] | None:
+    """The identity move of a 2-D tile from src to dst through the swizzled buffer (module docstring); None when
+    the layouts do not allow it (then `exchange` moves it)."""
+    if len(src.shape) != 2 or cls not in ("b16", "b32", "f32") or src.shape != dst.shape:
+        return None
+    rows, cols = src.shape
+    size = CLASS_BYTES[cls]
+    row_bytes = cols * size
+    if rows & (rows - 1) or cols & (cols - 1) or row_bytes < 16:
+        return None
+    rows_per_round = rows
+    while rows_per_round > 1 and rows_per_round * row_bytes > ctx.smem_limit:
+        rows_per_round //= 2
+    if rows_per_round * row_bytes > ctx.smem_limit or not (_xor_linear(src, rows_per_round)
+                                                           and _xor_linear(dst, rows_per_round)):
+        return None
+    ctx.need_smem(rows_per_round * row_bytes)
+    src_width, dst_width = vector_width(src, size), vector_width(dst, size)
+    owner = ctx.owner_pred(src)
+    src_base, dst_base = _swizzled_base(ctx, src, row_bytes, size), _swizzled_base(ctx, dst, row_bytes, size)
+    out = [""] * dst.num_regs
+    for rnd in range(rows // rows_per_round):
+        ctx.barrier()
+        for s in range(0, src.num_regs, src_width):
+            row, col = src.reg_offsets[s]
+            if row // rows_per_round == rnd:
+                addr = _swizzled_addr(ctx, src_base, swizzled_offset(row % rows_per_round, col, row_bytes, size))
+                _store_vector(ctx, cls, addr, regs[s:s + src_width], owner)
+        ctx.barrier()
+        for s in range(0, dst.num_regs, dst_width):
+            row, col = dst.reg_offsets[s]
+            if row // rows_per_round == rnd:
+                addr = _swizzled_addr(ctx, dst_base, swizzled_offset(row % rows_per_round, col, row_bytes, size))
+                out[s:s + dst_width] = _load_vector(ctx, cls, addr, dst_width)
+    return out
+
+
+def _swizzled_base(ctx: KernelContext, tmap: ThreadMap, row_bytes: int, size: int) -> str:
+    """F(thread's base) in the prologue: base_row * row_bytes + base_col * size, chunk bits ^ (base_row % 8) << 4."""
+    row, col = (ctx.dim_base(dm) for dm in tmap.dims)
+    swz = min(8, row_bytes // 16)
+    scaled = ctx._pro(("swz_col", col, size), "b32", f"mul.lo.u32 {{d}}, {col}, {size};")
+    lin = ctx._pro(("swz_lin", row, scaled, row_bytes), "b32", f"mad.lo.u32 {{d}}, {row}, {row_bytes}, {scaled};")
+    low = ctx._pro(("swz_low", row, swz), "b32", f"and.b32 {{d}}, {row}, {swz - 1};")
+    shifted = ctx._pro(("swz_shl", low), "b32", f"shl.b32 {{d}}, {low}, 4;")
+    return ctx._pro(("swz_base", lin, shifted), "b32", f"xor.b32 {{d}}, {lin}, {shifted};")
+
+
+def _swizzled_addr(ctx: KernelContext, base: str, offset: int) -> str:
+    moved, addr = ctx.new("b32"), ctx.new("b32")
+    ctx.emit(f"xor.b32 {moved}, {base}, {offset};")
+    ctx.emit(f"add.u32 {addr}, {moved}, {ctx.smem};")
+    return addr
+
+
+def _store_vector(ctx: KernelContext, cls: str, addr: str, vals: list[str], pred: str | None) -> None:
+    """st.shared of consecutive elements: 16-bit pairs packed into 32-bit words, 1, 2 or 4 words."""
+    if cls == "b16" and len(vals) > 1:
+        vals, cls = [_pack(ctx, vals[i], vals[i + 1]) for i in range(0, len(vals), 2)], "b32"
+    guard = f"@{pred} " if pred else ""
+    kind = "b16" if cls == "b16" else "b32"  # bit-size type: f32 registers too (as `exchange` stores them)
+    if len(vals) == 1:
+        ctx.emit(f"{guard}st.shared.{kind} [{addr}], {vals[0]};")
+    else:
+        ctx.emit(f"{guard}st.shared.v{len(vals)}.{kind} [{addr}], {{{', '.join(vals)}}};")
+
+
+def _pack(ctx: KernelContext, lo: str, hi: str) -> str:
+    """A 32-bit word of two 16-bit values (lo in the low half); the word they were unpacked from when known (the
+    same cache key as codegen/mma.py `pack`, which imports this module)."""
+    known = ctx._cache.get(("packed", lo, hi))
+    if known is not None:
+        return known
+    word = ctx.new("b32")
+    ctx.emit(f"mov.b32 {word}, {{{lo}, {hi}}};")
+    return word
+
+
+def _load_vector(ctx: KernelContext, cls: str, addr: str, width: int) -> list[str]:
+    """ld.shared of `width` consecutive elements (16-bit pairs loaded as 32-bit words and unpacked)."""
+    if cls == "b16" and width > 1:
+        words = [ctx.new("b32") for _ in range(width // 2)]
+        vec = "" if len(words) == 1 else f".v{len(words)}"
+        body = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+        ctx.emit(f"ld.shared{vec}.b32 {body}, [{addr}];")
+        out = []
+        for w in words:
+            lo, hi = ctx.new("b16"), ctx.new("b16")
+            ctx.emit(f"mov.b32 {{{lo}, {hi}}}, {w};")
+            ctx._cache[("packed", lo, hi)] = w  # a store of the pair reuses the word (codegen/mma.py pack)
+            out += [lo, hi]
+        return out
+    vals = [ctx.new(cls) for _ in range(width)]
+    body = vals[0] if width == 1 else "{" + ", ".join(vals) + "}"
+    ctx.emit(f"ld.shared{'' if width == 1 else f'.v{width}'}.{'b16' if cls == 'b16' else 'b32'} {body}, [{addr}];")
+    return vals
+
+
+# ------------------------------------------------------------------------------------------- lowerings (cont.)
+
+
 def lower_convert_layout(ctx: KernelContext, op: Operation) -> None:
     enc = op.result.type.encoding
     if enc is not None and enc.kind == "dot_op":  # mma.sync operand fragments: ldmatrix (codegen/mma.py)
@@ -197,6 +351,12 @@ def lower_convert_layout(ctx: KernelContext, op: Operation) -> None:
     if src_enc is not None and enc is not None and layouts_equivalent(src_enc, enc, op.result.type.shape):
         ctx.bind(op.result, list(ctx.get(op.operands[0])))  # same element in the same register of every thread
         return
+    src, dst = ctx.tmap(op.operands[0]), ctx.tmap(op.result)
+    if register_permutation(src, dst, identity) is None:
+        moved = swizzled_exchange(ctx, ctx.get(op.operands[0]), src, dst, reg_class(op.result.type.scalar))
+        if moved is not None:
+            ctx.bind(op.result, moved)
+            return
     strides = row_major_strides(op.result.type.shape)
     move(ctx, op, identity, strides, strides)
 

@@ -38,13 +38,14 @@ reads it in place: no staging, no barrier of its own (the ring's mt.async_wait p
 Asynchronous dots: an mt.dot with attr `async_groups = G` ends with `wgmma.wait_group G` instead of 0, then
 `bar.sync` (every warpgroup's older groups retired: the ring slots they read may be rewritten; its result is in
 flight; the pass puts an `mt.dot_wait {pending = 0}` (`wgmma.wait_group 0`) before anything reads it). Its
-accumulator is updated in place (d = c's registers: no mov may touch registers a wgmma in flight owns).
+accumulator is updated in place (d = c's registers: no mov may touch registers a wgmma in flight owns). With attr
+`deferred_wait` as well it ends at the commit: the pass's `mt.dot_wait {pending = 1}` comes later, and no barrier
+(the pipeline refills a slot two iterations old, freed by the loop's top barrier).
 Accumulator fragment of m64nNk16 (`d_fragment`): thread (warp w of the warpgroup, lane = 4 g + t) holds N / 2 f32,
 register j at row 16 w + 8 ((j >> 1) & 1) + g, column 8 (j >> 2) + 2 t + (j & 1).
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Callable
 
 from minitriton.ir import Operation, Value
@@ -52,6 +53,7 @@ from minitriton.ir.layouts import ThreadMap, log2
 from minitriton.ir.types import LayoutAttr
 
 from .context import KernelContext
+from .layout_moves import possible_bits
 from .mma import register_index, store_shared_b16, store_width
 
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}
@@ -142,15 +144,6 @@ def d_registers(tmap: ThreadMap, num_warps: int, n_instr: int, rep: int, nb: int
     return out
 
 
-@lru_cache(maxsize=256)
-def possible_bits(tmap: ThreadMap, dim: int) -> int:
-    """The bits any thread's base coordinate along `dim` may have set."""
-    bits = 0
-    for tid in range(tmap.num_threads):
-        bits |= tmap.base(tid)[dim]
-    return bits
-
-
 # -------------------------------------------------------------------------------------------- lowering
 
 
@@ -199,6 +192,9 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
         for i, reg in zip(idx, d):
             out[i] = reg
     ctx.emit("wgmma.commit_group.sync.aligned;")
+    if op.attrs.get("deferred_wait"):  # an mt.dot_wait follows (the pipeline's copies in between)
+        ctx.bind(op.result, out)
+        return
     ctx.emit(f"wgmma.wait_group.sync.aligned {int(op.attrs.get('async_groups', 0))};")
     if in_place:
         ctx.barrier()  # every warpgroup's older groups retired: the slots they read may be rewritten

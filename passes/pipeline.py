@@ -22,6 +22,9 @@ address 16-byte aligned), into (S = num_stages; iteration j's values written _j;
       ... the old body ...;  yield ..., mt.addptr %pf, %inc
   mt.async_wait {pending = 0}                                           epilogue: drain the last (empty) groups
 
+The loop also carries i, i % S and (i + S - 1) % S (i32; each next value an add, a compare and a select), so no
+division or remainder runs per iteration.
+
 A copy whose mask axis analysis proves constant over each 16-byte run gets attr `uniform_runs` (the codegen reads
 one lane's predicate per run). On IR with layouts the copies use a copy layout (blocked, 16 / element-size
 elements per thread along the rows, so each thread issues whole 16-byte cp.async): the initial pointers and
@@ -42,7 +45,12 @@ A K-major, B MN-major, S = min(128, 2 x the contiguous extent); codegen/wgmma.py
 and, when the loop holds exactly one dot, both of whose operands are such slots and whose accumulator is only
 carried (block arg -> dot -> yield), the dot becomes asynchronous: attr `async_groups = 1` (wgmma.wait_group 1 then a barrier: every warpgroup's dot of the
 previous iteration retired, this one still runs), an `mt.dot_wait {pending = 0}` follows the loop, and the
-steady-state copies (into slot (i + S - 1) % S, the one iteration i - 1 read) move to right after the dot. Such a
+steady-state copies (into slot (i + S - 1) % S, the one iteration i - 1 read) move to right after the dot.
+With S >= 4 (DEFERRED_WAIT_STAGES) the copies run S - 2 iterations ahead instead, into slot (i + S - 2) % S, the
+one iteration i - 2 read: every thread passed the barrier at the top of iteration i after its wgmma.wait_group 1
+of iteration i - 1, so every warpgroup's dot i - 2 has retired. The dot gets attr `deferred_wait` (it ends with
+its commit: no wait, no barrier), the copies follow it while it runs, then `mt.dot_wait {pending = 1}`: one
+barrier per iteration instead of two, the copies' address math overlapping the wgmmas. Such a
 loop carries no prefetch pointers: they are recomputed as %p_0 + (i + S - 1) * %inc (i64 offsets), since a carried
 pointer tile keeps every lane's pointer live across the loop while the copies use one per 16 bytes. These
 rings may exceed the static limit: they then go to dynamic shared memory (attr `dynamic_offset` on mt.alloc_ring,
@@ -73,6 +81,8 @@ COPY_BYTES = 16  # cp.async.cg copies 16 bytes
 # Shared memory an sm_90 block may use (227 KB) less what the codegen's scratch buffer and alignment may take.
 DYNAMIC_BUDGET = 227 * 1024
 RING_ALIGN = 1024  # the 128B swizzle atom
+# From this many stages on, an async dot's loop refills the slot read two iterations back: one barrier per iteration.
+DEFERRED_WAIT_STAGES = 4
 STAGING_OPS = ("mt.convert_layout", "mt.local_alloc")
 
 
@@ -151,18 +161,26 @@ def _tile_bytes(t: TensorType) -> int:
 
 def _scratch_estimate(loop: Operation, direct: bool = False) -> int:
     """The scratch shared memory the loop's dots are likely to need besides the rings (codegen's `smem`, reused by
-    every lowering): the larger of staging both operands (padded / 1024-aligned; none when `direct`: the dots read
-    the ring slots) and moving the f32 accumulator between layouts (rows padded by 16 bytes)."""
+    every lowering): the larger of staging both operands (padded / 1024-aligned) and moving the f32 accumulator
+    between layouts (rows padded by 16 bytes); when `direct` (the dots read the ring slots), only the accumulator's
+    conversion, within the static limit."""
     need = 0
     for op in loop.walk():
         if op.name == "mt.dot":
             a, b, acc = (v.type for v in op.operands[:3])
             (m, k), n = a.shape, b.shape[1]  # type: ignore[union-attr]
-            operands = 0 if direct else \
-                (m + 16) * k * a.scalar.bytes + (k + 16) * n * b.scalar.bytes + 1024  # type: ignore
+            if direct:  # only the accumulator's conversion (codegen/layout_moves.py): unpadded, in pieces
+                need = max(need, _conversion_scratch(m * n * acc.scalar.bytes))  # type: ignore[union-attr]
+                continue
+            operands = (m + 16) * k * a.scalar.bytes + (k + 16) * n * b.scalar.bytes + 1024  # type: ignore
             need = max(need, operands, m * (n * acc.scalar.bytes + 16))  # type: ignore[union-attr]
-    # the scratch buffer is static: the codegen keeps it within the static limit (conversions go in pieces)
-    return min(need, SMEM_BUDGET) if direct else need
+    return need
+
+
+def _conversion_scratch(nbytes: int) -> int:
+    """The scratch a layout conversion of an `nbytes` tile takes: all of it when it fits the static limit, else
+    the power-of-two pieces both exchanges (codegen/layout_moves.py) move it in (32 KB of the 48)."""
+    return nbytes if nbytes <= SMEM_BUDGET else 1 << (SMEM_BUDGET.bit_length() - 1)
 
 
 def _direct_operand(func: Operation, load: Operation) -> tuple[int, int] | None:
@@ -422,7 +440,11 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
     body = _Body(loop)
     in_place = all(d is not None for d in direct)
     async_dot = _async_dot(loop, loads) if in_place else None
-    ahead = stages - 1  # iterations the copies run ahead
+    # iterations the copies run ahead; an async dot with S >= 4 slots refills the slot iteration i - 2 read (free
+    # since the barrier at the top of iteration i: every warpgroup waited for its dot i - 2 in iteration i - 1), so
+    # the barrier after the dot's wait is not needed (`deferred_wait`)
+    deferred = async_dot is not None and stages >= DEFERRED_WAIT_STAGES
+    ahead = stages - 2 if deferred else stages - 1
     block, parent = body.block, loop.parent
     assert parent is not None
     func = _function_of(loop)
@@ -462,21 +484,18 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
     pf_args: list[Value] = []
     if not in_place:  # the loop carries the prefetch pointers
         first_prefetch = [pre.value("mt.addptr", [p, inc], p.type) for p, inc in zip(ptrs, incs)]
-        pf_args = [block.add_arg(p.type) for p in first_prefetch]
-        loop.operands.extend(first_prefetch)
-        n_results = len(loop.results)
-        loop.results.extend(Value(p.type, loop, n_results + i) for i, p in enumerate(first_prefetch))
+        pf_args = _carry(loop, first_prefetch)
     else:  # recomputed from iteration 0's: a carried tile keeps every lane's pointer live, not just the copied ones
         wide_incs = [pre.value("mt.cast", [inc], with_scalar(inc.type, i64)) for inc in incs]
+
+    # the iteration number and the slots it reads and writes, carried (a division and two remainders per
+    # iteration would sit between the barrier and the first wgmma, on the critical path)
+    index, read_slot, write_slot = _carry(loop, [pre.const(0, it), pre.const(0, it), pre.const(ahead, it)])
 
     # steady state, at the top of the body
     top = _Inserter(block, block.ops[0], loop.loc)
     top.add("mt.async_wait", [], [], pending=ahead - 1)
     iv = body.iv
-    index = top.value("mt.div", [top.value("mt.sub", [iv, lb], it), step], it)
-    read_slot = top.value("mt.rem", [index, top.const(stages, it)], it)
-    write_slot = top.value("mt.rem", [top.value("mt.add", [index, top.const(ahead, it)], it),
-                                      top.const(stages, it)], it)
     iv_pf = top.value("mt.add", [iv, top.value("mt.mul", [top.const(ahead, it), step], it)], it)
     valid = top.value("mt.cmp", [iv_pf, ub], i1, predicate="lt")
     func_op = _function_of(loop)
@@ -502,6 +521,8 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
         mask = _copy_mask(put, body, load, iv_pf, valid, encs[n])
         put.add("mt.async_copy", [rings[n], write_slot, pf_args[n], mask], [], **_copy_attrs(uniform[n]))
     put.add("mt.async_commit", [], [])
+    if deferred:
+        put.add("mt.dot_wait", [], [], pending=1)
     for load in loads:
         load.erase()
 
@@ -511,15 +532,34 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
     tail = _Inserter(block, yield_op, loop.loc)
     for pf, inc in zip(pf_args if not in_place else [], incs):
         yield_op.operands.append(tail.value("mt.addptr", [pf, inc], pf.type))
+    one = tail.const(1, it)
+    yield_op.operands.append(tail.value("mt.add", [index, one], it))
+    for slot in (read_slot, write_slot):  # slot + 1, wrapping to 0 after the last
+        last = tail.value("mt.cmp", [slot, tail.const(stages - 1, it)], i1, predicate="eq")
+        yield_op.operands.append(tail.value("mt.select", [last, tail.const(0, it),
+                                                          tail.value("mt.add", [slot, one], it)], it))
 
     # epilogue: nothing may be in flight when the loop ends
     at = parent.ops.index(loop) + 1
     after = _Inserter(parent, parent.ops[at] if at < len(parent.ops) else None, loop.loc)
     if async_dot is not None:
         async_dot.attrs["async_groups"] = 1
+        if deferred:
+            async_dot.attrs["deferred_wait"] = True
         after.add("mt.dot_wait", [], [], pending=0)
     after.add("mt.async_wait", [], [], pending=0)
     return placed - offset
+
+
+def _carry(loop: Operation, inits: list[Value]) -> list[Value]:
+    """Add carried values to the loop (initial values `inits`); their body arguments. The caller appends their
+    next values to the yield, in the same order, after any carried values added before."""
+    block = loop.regions[0].block
+    args = [block.add_arg(v.type) for v in inits]
+    loop.operands.extend(inits)
+    n_results = len(loop.results)
+    loop.results.extend(Value(v.type, loop, n_results + i) for i, v in enumerate(inits))
+    return args
 
 
 def _copy_attrs(uniform: bool) -> dict:  # type: ignore[type-arg]
