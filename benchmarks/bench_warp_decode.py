@@ -140,7 +140,7 @@ def ours_kernels(layer: Layer) -> Callable[..., Callable[[], torch.Tensor]]:
         routing, use_dot = wd.plan_routing(ids, weights)
         c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot)
         c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot)
-        return lambda: wd.down(wd.gate_up(x, routing, w13, c13), routing, w2, torch.bfloat16, c2)
+        return lambda: wd.down(wd.gate_up(x, routing, w13, c13, parts=use_dot), routing, w2, torch.bfloat16, c2)
 
     return make
 

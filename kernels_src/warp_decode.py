@@ -23,11 +23,16 @@ Work decomposition (docs/kernels/warp_decode.md has the full story):
   to bit 31; multiplying by 2**126 gives the exact value (codes 0/1 become f32 subnormals first, so the compiler must
   not flush denormals). The E8M0 byte becomes 2**(s - 127) from bits (s << 23), 0x00 -> 2**-127 (subnormal), and
   0xFF -> NaN as the OCP spec says. The CUDA-core path applies each scale once per 32-weight block to the fp32
-  partial sum; the tensor-core path (mt.dot, batch >= 3) builds the weights directly in bf16 and scales them there
+  partial sum; the tensor-core path (mt.dot, batch >= 2) builds the weights directly in bf16 and scales them there
   (exact), two weights per instruction (the codegen packs bf16 pairs: HMUL2).
-- Latency hiding: the CUDA-core path prefetches the next step's weight bytes into registers, and an *item split*
-  (grid axis 1) spreads the work items over enough programs to fill the GPU (the mt.dot path has one warp per 16
-  rows); the down kernel's splits write fp32 partials that the host sums in a fixed order.
+- Tensor-core operands from registers: the mt.dot path loads a step's bytes as [H, R, 4, 16] (lane (g, t) = row
+  g and g + 8, block t of each group of 4), the lane order of the m16n8k16 A fragments, and the vectors likewise
+  (lane (g, t) = vector g, block t); `fragment_a` / `fragment_b` relabel K (reshape + trans, register renames), so
+  the dequantized weights feed mma.sync without shared memory (dot-lowering anchors the operand's reshape to the
+  fragment layout; tiling carries layouts through dim-splitting reshapes).
+- Latency hiding: both paths prefetch the next step's weight bytes into registers, and an *item split* (grid axis
+  1) spreads the work items over enough programs to fill the GPU (the mt.dot path has one warp per 16 rows); the
+  down kernel's splits write fp32 partials that the host sums in a fixed order.
 - prepare_experts pads each row to whole 32-element blocks (16-byte aligned rows) and permutes the nibbles inside
   every block so byte j holds elements j (low nibble) and j + 16 (high nibble): unpacking the low nibbles of a
   lane's 16 bytes gives 16 consecutive weights and the high nibbles the next 16, which match two contiguous
@@ -47,7 +52,7 @@ import minitriton as mt
 from . import mxfp4
 
 BLOCK_BYTES = 16  # one MX block of 32 E2M1 values
-DOT_MIN_BATCH = 3  # from this batch on the inner products go through mt.dot (tensor cores)
+DOT_MIN_BATCH = 2  # from this batch on the inner products go through mt.dot (tensor cores; model in the notes)
 MAX_BATCH = 256  # the down kernel keeps a [ROWS, next_pow2(B)] fp32 accumulator per program
 
 
@@ -213,95 +218,187 @@ def load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb, lane_block, j, row_
 
 
 @mt.func
-def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
-                ROWS, TEAMS, NT, BLOCKS, USE_DOT, SPLIT, FULL_STEPS):
+def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks, part_stride,
+                ROWS, TEAMS, NT, BLOCKS, USE_DOT, VMODE, FULL_STEPS):
     """acc[r, t, s] = sum_{k < K} W[row[r, t], k] * v[v_index[t, s] * v_stride + k] for the weight rows `row` (i64
     [R, T], rows of `row_blocks` MX blocks) where `live`, and the vector rows `v_index` (i32 [T, NT]) where `v_live`.
     v_stride (a multiple of 16 in the AOT signatures) multiplies the row index *after* any per-slot pick, so the
     compiler's alignment analysis sees 16-element-aligned vector rows and vectorizes the activation loads.
 
+    USE_DOT (TEAMS == 1): tensor cores (`stream_rows_dot`); else CUDA cores (`stream_rows_fma`). VMODE (the
+    vector's form): 0 as is (bf16 on the mt.dot path), 1 f32 (the mt.dot path splits it into bf16 hi + lo parts),
+    2 already split (mt.dot only): bf16 parts v = hi and v + part_stride = lo. FULL_STEPS: K == 32 * row_blocks
+    and row_blocks is a multiple of BLOCKS (no partial block, no step past the row's end)."""
+    if USE_DOT:
+        result = stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
+                                 part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS).reshape((ROWS, 1, NT))
+    else:
+        result = stream_rows_fma(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
+                                 ROWS, TEAMS, NT, BLOCKS, FULL_STEPS)
+    return result
+
+
+@mt.func
+def stream_rows_fma(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
+                    ROWS, TEAMS, NT, BLOCKS, FULL_STEPS):
+    """stream_rows on CUDA cores: acc [R, T, NT].
+
     Each step reads, per row and team, BLOCKS blocks: a [ROWS, TEAMS, BLOCKS, 16] byte tile (16 bytes per lane in
-    the row-per-warp layout) and [ROWS, TEAMS, BLOCKS] scale bytes. USE_DOT (TEAMS == 1) computes the inner products
-    with mt.dot on bf16 weights; SPLIT then feeds an f32 vector as bf16 hi + lo parts (two dots), keeping f32
-    accuracy. FULL_STEPS (K == 32 * row_blocks and row_blocks a multiple of BLOCKS: no partial block, no step past
-    the row's end) lets the CUDA-core path load the activations without a mask: v_index must then name a real
-    vector row for every slot (dead slots point at row 0; their products are discarded by the caller), which saves
-    zeroing 32 registers per step for the masked loads."""
+    the row-per-warp layout) and [ROWS, TEAMS, BLOCKS] scale bytes. FULL_STEPS lets the activations load without a
+    mask: v_index must then name a real vector row for every slot (dead slots point at row 0; their products are
+    discarded by the caller), which saves zeroing 32 registers per step for the masked loads."""
     lane_block = mt.arange(0, BLOCKS)
     j = mt.arange(0, 16)
     slot = mt.arange(0, NT)
     q_row = row * (row_blocks * 16)
     s_row = row * row_blocks
-    if USE_DOT:
-        acc = mt.zeros((ROWS, NT), mt.float32)
-    else:
-        acc = mt.zeros((ROWS, TEAMS, NT), mt.float32)
+    acc = mt.zeros((ROWS, TEAMS, NT), mt.float32)
     # Register prefetch: the weight and scale bytes of step kb + BLOCKS are loaded before step kb is computed, so
     # every warp keeps a step of HBM loads in flight during its ALU work. Without it the loop is latency-bound (one
     # 16-byte load per lane, then a long dependent chain). Loads past the row's end are masked off. Two steps deep
     # measured worse: the codegen holds the byte tile as 16 registers per lane (one per byte), and rotating two
-    # buffers cost ~30 register moves per step. Not on the mt.dot path: its extra registers make that kernel
-    # (255 registers already) spill.
-    if not USE_DOT:
-        q_next, s_next = load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, 0, lane_block, j, row_blocks)
+    # buffers cost ~30 register moves per step.
+    q_next, s_next = load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, 0, lane_block, j, row_blocks)
     for kb in range(0, row_blocks, BLOCKS):
         blk = kb + lane_block
-        if USE_DOT:
-            q, s_bytes = load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb, lane_block, j, row_blocks)
-        else:
-            q, s_bytes = q_next, s_next
-            q_next, s_next = load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb + BLOCKS, lane_block, j,
-                                              row_blocks)
+        q, s_bytes = q_next, s_next
+        q_next, s_next = load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb + BLOCKS, lane_block, j,
+                                          row_blocks)
         k_lo = blk[:, None] * 32 + j[None, :]  # a block's low nibbles are its elements 0..15, high ones 16..31
-        if USE_DOT:
-            # Dequantize straight to bf16 in packed pairs: bias and scale are exact power-of-two multiplies
-            # (w * 2**(s - 127) has 2 significant bits: exact in bf16, subnormals included).
-            scale = e8m0_to_bf16(s_bytes)[:, :, :, None]
-            w_lo, w_hi = e2m1_to_bf16(q)
-            v_at = v_ptr + (v_index * v_stride)[:, :, None, None] + k_lo[None, None, :, :]
-            v_lo = mt.load(v_at, mask=v_live[:, :, None, None] & (k_lo < K)[None, None, :, :], other=0)
-            v_hi = mt.load(v_at + 16, mask=v_live[:, :, None, None] & (k_lo + 16 < K)[None, None, :, :], other=0)
-            a_lo = (w_lo * scale).reshape((ROWS, BLOCKS * 16))
-            a_hi = (w_hi * scale).reshape((ROWS, BLOCKS * 16))
-            b_lo = mt.trans(v_lo.reshape((NT, BLOCKS * 16)))
-            b_hi = mt.trans(v_hi.reshape((NT, BLOCKS * 16)))
-            if SPLIT:
-                b_lo_hi = b_lo.to(mt.bfloat16)
-                b_hi_hi = b_hi.to(mt.bfloat16)
-                acc = mt.dot(a_lo, b_lo_hi, acc)
-                acc = mt.dot(a_hi, b_hi_hi, acc)
-                acc = mt.dot(a_lo, (b_lo - b_lo_hi.to(mt.float32)).to(mt.bfloat16), acc)
-                acc = mt.dot(a_hi, (b_hi - b_hi_hi.to(mt.float32)).to(mt.bfloat16), acc)
+        scale = e8m0_to_f32(s_bytes)
+        w_lo, w_hi = e2m1_to_f32(q)
+        # One vector (pair slot s of every team) at a time keeps the product tile in the weights' 4-D layout.
+        for s in mt.static_range(NT):
+            pick = (slot == s)[None, :]
+            v_row_s = mt.sum(mt.where(pick, v_index, 0), axis=1) * v_stride  # stride after the pick: aligned
+            v_live_s = mt.sum((pick & v_live).to(mt.int32), axis=1) > 0
+            v_at = v_ptr + v_row_s[:, None, None] + k_lo[None, :, :]
+            if FULL_STEPS:
+                v_lo = mt.load(v_at)
+                v_hi = mt.load(v_at + 16)
             else:
-                acc = mt.dot(a_lo, b_lo.to(mt.bfloat16), acc)
-                acc = mt.dot(a_hi, b_hi.to(mt.bfloat16), acc)
-        else:
-            scale = e8m0_to_f32(s_bytes)
-            w_lo, w_hi = e2m1_to_f32(q)
-            # One vector (pair slot s of every team) at a time keeps the product tile in the weights' 4-D layout.
-            for s in mt.static_range(NT):
-                pick = (slot == s)[None, :]
-                v_row_s = mt.sum(mt.where(pick, v_index, 0), axis=1) * v_stride  # stride after the pick: aligned
-                v_live_s = mt.sum((pick & v_live).to(mt.int32), axis=1) > 0
-                v_at = v_ptr + v_row_s[:, None, None] + k_lo[None, :, :]
-                if FULL_STEPS:
-                    v_lo = mt.load(v_at)
-                    v_hi = mt.load(v_at + 16)
-                else:
-                    v_lo = mt.load(v_at, mask=v_live_s[:, None, None] & (k_lo < K)[None, :, :], other=0)
-                    v_hi = mt.load(v_at + 16, mask=v_live_s[:, None, None] & (k_lo + 16 < K)[None, :, :], other=0)
-                x_lo = v_lo.to(mt.float32)[None, :, :, :]
-                x_hi = v_hi.to(mt.float32)[None, :, :, :]
-                # Two in-thread sums of plain products: each becomes one fma chain (1 FMUL + 15 FFMA) once ptxas
-                # contracts the f32 multiplies into the chained adds of the reduction.
-                part = mt.sum(w_lo * x_lo, axis=3) + mt.sum(w_hi * x_hi, axis=3)
-                part = mt.sum(part * scale, axis=2)  # the block scale once per 32 weights
-                acc += mt.where(pick[None, :, :], part[:, :, None], 0.0)
-    if USE_DOT:
-        result = acc.reshape((ROWS, 1, NT))
+                v_lo = mt.load(v_at, mask=v_live_s[:, None, None] & (k_lo < K)[None, :, :], other=0)
+                v_hi = mt.load(v_at + 16, mask=v_live_s[:, None, None] & (k_lo + 16 < K)[None, :, :], other=0)
+            x_lo = v_lo.to(mt.float32)[None, :, :, :]
+            x_hi = v_hi.to(mt.float32)[None, :, :, :]
+            # Two in-thread sums of plain products: each becomes one fma chain (1 FMUL + 15 FFMA) once ptxas
+            # contracts the f32 multiplies into the chained adds of the reduction.
+            part = mt.sum(w_lo * x_lo, axis=3) + mt.sum(w_hi * x_hi, axis=3)
+            part = mt.sum(part * scale, axis=2)  # the block scale once per 32 weights
+            acc += mt.where(pick[None, :, :], part[:, :, None], 0.0)
+    return acc
+
+
+@mt.func
+def fragment_a(w, ROWS, H):
+    """Weights [H, R, 4, 16] (w[h, r, t, j]: byte j of block (h, t) of row r) -> the A operand [R, 64 H], column
+    64 h + 8 m + 2 t + p = w[h, r, t, 2 m + p]. Every element stays in its thread when the bytes were loaded with
+    lane (g, t) holding rows g and g + 8, blocks (., t): exactly the m16n8k16 A fragments (columns 2 t, 2 t + 1
+    of every 8), so the dot reads the dequantized weights from registers (no shared memory)."""
+    return mt.trans(w.reshape((H, ROWS, 4, 8, 2)), 1, 0, 3, 2, 4).reshape((ROWS, H * 64))
+
+
+@mt.func
+def fragment_b(v, NT, H, JH, JL):
+    """Vectors [JH, H, NT, 4, JL] (v[jh, h, n, t, jl]: element JL * jh + jl of block (h, t) of vector n; JL
+    elements are 16 bytes) -> the B operand [64 H, NT] in fragment_a's K order. Loaded with lane (g, t) = (vector,
+    block within 4), every element already sits in the thread of its m16n8k16 B fragment (K pairs 2 t, 2 t + 1 of
+    every 8, column g): a register rename too."""
+    return mt.trans(v.reshape((JH, H, NT, 4, JL // 2, 2)), 1, 0, 4, 3, 5, 2).reshape((H * 64, NT))
+
+
+@mt.func
+def load_fragment_bytes(wq_ptr, q_row, live, blk, j, row_blocks, FULL_STEPS):
+    """The packed bytes [H, R, 4, 16] of blocks blk (i32 [H, 4]) of the rows at byte offsets q_row (i64 [R]) where
+    `live`; blocks past the row's end read 0 (FULL_STEPS: the caller keeps blk inside the row)."""
+    if FULL_STEPS:
+        ok = live[None, :, None, None] & (j >= 0)[None, None, None, :]
     else:
-        result = acc
-    return result
+        ok = live[None, :, None, None] & (blk < row_blocks)[:, None, :, None]
+    return mt.load(wq_ptr + q_row[None, :, None, None] + (blk * 16)[:, None, :, None] + j[None, None, None, :],
+                   mask=ok, other=0)
+
+
+@mt.func
+def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
+                    part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS):
+    """stream_rows on tensor cores (TEAMS == 1, ROWS a multiple of 16, BLOCKS of 4): acc [R, NT] with mt.dot.
+
+    Each step reads BLOCKS blocks of every row as a [H, R, 4, 16] byte tile, H = BLOCKS / 4: byte j of block
+    (h, t) = kb + 4 h + t. The tiling pass gives it 16 bytes per lane with lanes (g, t) = (row, block within 4),
+    which is the lane order of the m16n8k16 A fragments, so `fragment_a` is a register rename and the dot takes
+    the dequantized bf16 weights straight from registers. A lane holds whole blocks: one scale per 16 bytes. The
+    weights are dequantized directly in bf16 in packed pairs: bias and scale are exact power-of-two multiplies
+    (w * 2**(s - 127) has 2 significant bits: exact in bf16, subnormals included). The vectors are loaded the same
+    way (lanes (vector, block within 4); NT == 8) and permuted by `fragment_b`, a register rename as well: no
+    shared memory at all. FULL_STEPS drops the K bound from the vector loads' mask."""
+    H = BLOCKS // 4
+    row1 = mt.sum(row, axis=1)  # [R]: one item (TEAMS == 1)
+    live1 = mt.sum(live.to(mt.int32), axis=1) > 0
+    v_row = mt.sum(v_index, axis=0) * v_stride  # [NT]; the stride after the sum keeps the rows 16-aligned
+    v_ok = mt.sum(v_live.to(mt.int32), axis=0) > 0
+    blk_ht = 4 * mt.arange(0, H)[:, None] + mt.arange(0, 4)[None, :]  # [H, 4]: block of (h, t) in the step
+    j = mt.arange(0, 16)
+    JL = 4 if VMODE == 1 else 8  # vector elements per 16 bytes (f32 / bf16)
+    JH = 16 // JL
+    jh = mt.arange(0, JH)
+    jl = mt.arange(0, JL)
+    q_row = row1 * (row_blocks * 16)
+    s_row = row1 * row_blocks
+    acc = mt.zeros((ROWS, NT), mt.float32)
+    # Register prefetch of the weight bytes, as on CUDA cores: step kb + BLOCKS's are in flight while step kb is
+    # computed (the fragment layouts left the registers for it). The scale bytes (1/16 of the bytes) are loaded in
+    # the step itself: not loop-carried, the tiling pass reads them straight in the weights' lanes (4 bytes per
+    # lane), whereas a carried scale tile gets its own coalesced layout and a shared-memory conversion right
+    # after its load, which would wait for it. Their latency hides behind the nibble decoding that precedes the
+    # scale multiply, and a row's scales share sectors across steps (L2 hits).
+    q_next = load_fragment_bytes(wq_ptr, q_row, live1, blk_ht, j, row_blocks, FULL_STEPS)
+    for kb in range(0, row_blocks, BLOCKS):
+        blk = kb + blk_ht
+        q = q_next
+        if FULL_STEPS:  # the last step prefetches itself again (an L2 hit) rather than reading past the row
+            kb_next = mt.minimum(kb + BLOCKS, row_blocks - BLOCKS)
+        else:
+            kb_next = kb + BLOCKS
+        q_next = load_fragment_bytes(wq_ptr, q_row, live1, kb_next + blk_ht, j, row_blocks, FULL_STEPS)
+        s_ok = live1[None, :, None] & (blk < row_blocks)[:, None, :]
+        s_bytes = mt.load(ws_ptr + s_row[None, :, None] + blk[:, None, :], mask=s_ok, other=0)
+        scale = e8m0_to_bf16(s_bytes)[:, :, :, None]
+        w_lo, w_hi = e2m1_to_bf16(q)
+        a_lo = fragment_a(w_lo * scale, ROWS, H)
+        a_hi = fragment_a(w_hi * scale, ROWS, H)
+        # The vectors as [JH, H, NT, 4, JL]: 16 bytes per lane, lanes (vector, block within 4) like the weights'.
+        k_lo = (JL * jh)[:, None, None, None, None] + (blk * 32)[None, :, None, :, None] + jl[None, None, None, None, :]
+        v_at = v_ptr + v_row[None, None, :, None, None] + k_lo
+        if FULL_STEPS:
+            v_lo = mt.load(v_at, mask=v_ok[None, None, :, None, None], other=0)
+            v_hi = mt.load(v_at + 16, mask=v_ok[None, None, :, None, None], other=0)
+        else:
+            v_lo = mt.load(v_at, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
+            v_hi = mt.load(v_at + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K), other=0)
+        if VMODE == 2:  # bf16 hi and lo parts of an f32 vector, split once by the producer
+            acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
+            acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+            if FULL_STEPS:
+                v_lo = mt.load(v_at + part_stride, mask=v_ok[None, None, :, None, None], other=0)
+                v_hi = mt.load(v_at + part_stride + 16, mask=v_ok[None, None, :, None, None], other=0)
+            else:
+                v_lo = mt.load(v_at + part_stride, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
+                v_hi = mt.load(v_at + part_stride + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K),
+                               other=0)
+            acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
+            acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+        elif VMODE == 1:  # f32 vector: bf16 hi part + bf16 rest, two dots each (about 16 mantissa bits)
+            v_lo_top = v_lo.to(mt.bfloat16)
+            v_hi_top = v_hi.to(mt.bfloat16)
+            acc = mt.dot(a_lo, fragment_b(v_lo_top, NT, H, JH, JL), acc)
+            acc = mt.dot(a_hi, fragment_b(v_hi_top, NT, H, JH, JL), acc)
+            acc = mt.dot(a_lo, fragment_b((v_lo - v_lo_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL), acc)
+            acc = mt.dot(a_hi, fragment_b((v_hi - v_hi_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL), acc)
+        else:
+            acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
+            acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+    return acc
 
 
 # ------------------------------------------------------------------------------------------ kernels
@@ -311,8 +408,11 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, 
 def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws_ptr, h_ptr,
                    n_pairs, topk, D, I, row_blocks,
                    ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr,
-                   DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr):
-    """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32.
+                   DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr,
+                   H_PARTS: mt.constexpr = False):
+    """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32; with H_PARTS as
+    bf16 parts instead, h_ptr[0, p, i] = bf16(h) and h_ptr[1, p, i] = bf16(h - bf16(h)) (what the mt.dot down
+    kernel feeds its tensor cores: split once here rather than by each of its programs).
 
     The program owns ROWS weight rows: neurons pid * ROWS/2 + r // 2, the gate row (r even, row i of W13) and the
     up row (r odd, row I + i), and loops over every num_programs(1)-th group of TEAMS work items, starting at group
@@ -333,22 +433,30 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
                                                     DEDUP)
         row = expert.to(mt.int64)[None, :] * (2 * I) + w_row[:, None]
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr,
-                          mt.where(pair_ok, pair, 0) // topk, D, pair_ok, D, row_blocks, ROWS, TEAMS, NT, BLOCKS,
-                          USE_DOT, False, FULL_STEPS)
+                          mt.where(pair_ok, pair, 0) // topk, D, pair_ok, D, row_blocks, 0, ROWS, TEAMS, NT,
+                          BLOCKS, USE_DOT, 0, FULL_STEPS)
         acc = acc.reshape((HALF, 2, TEAMS, NT))
         gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=1)
         up = mt.sum(mt.where(is_gate, 0.0, acc), axis=1)
         h = gate * mt.sigmoid(gate) * up
-        mt.store(h_ptr + pair[None, :, :] * I + out_neuron[:, None, None], h,
-                 mask=(out_neuron < I)[:, None, None] & pair_ok[None, :, :])
+        h_at = h_ptr + pair[None, :, :] * I + out_neuron[:, None, None]
+        h_ok = (out_neuron < I)[:, None, None] & pair_ok[None, :, :]
+        if H_PARTS:
+            top = h.to(mt.bfloat16)
+            mt.store(h_at, top, mask=h_ok)
+            mt.store(h_at + n_pairs * I, (h - top.to(mt.float32)).to(mt.bfloat16), mask=h_ok)
+        else:
+            mt.store(h_at, h, mask=h_ok)
 
 
 @mt.kernel
 def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws_ptr, out_ptr,
                 n_pairs, topk, batch, D, I, row_blocks,
                 ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr, BT: mt.constexpr,
-                DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr):
-    """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused: the program keeps
+                DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr,
+                H_PARTS: mt.constexpr = False):
+    """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused (h fp32, or with
+    H_PARTS (mt.dot only) gate_up's bf16 parts [2, pairs, I]): the program keeps
     a [ROWS, BT] fp32 accumulator (rows x tokens) over its work items and writes each output once. With an item
     split (num_programs(1) > 1) program (i, s) takes every num_programs(1)-th group of items from group s and writes
     its partial sums to out[s] of an fp32 [splits, batch, D] buffer, which the host sums (deterministically)."""
@@ -365,8 +473,8 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
                                                     DEDUP)
         row = expert.to(mt.int64)[None, :] * D + d[:, None]
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr,
-                          mt.where(pair_ok, pair, 0), I, pair_ok, I, row_blocks, ROWS, TEAMS, NT, BLOCKS, USE_DOT,
-                          True, FULL_STEPS)
+                          mt.where(pair_ok, pair, 0), I, pair_ok, I, row_blocks, n_pairs * I, ROWS, TEAMS, NT,
+                          BLOCKS, USE_DOT, 2 if H_PARTS else 1, FULL_STEPS)
         weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
         mine = ((pair // topk)[:, :, None] == token[None, None, :]) & pair_ok[:, :, None]  # [T, NT, BT]
         contrib = mt.where(mine[None, :, :, :], (acc * weight[None, :, :])[:, :, :, None], 0.0)
@@ -375,27 +483,29 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
     mt.store(split_at + token[None, :] * D + d[:, None], out, mask=row_ok[:, None] & (token < batch)[None, :])
 
 
-def _signature(kind: str, pairs: str) -> str:
+def _signature(kind: str, pairs: str, h: str = "fp32") -> str:
     """AOT signature of gate_up_kernel / down_kernel; `pairs` is i32 without dedup (the ids stand in), i64 with it
-    (torch.sort's indices)."""
+    (torch.sort's indices); `h` is fp32, or bf16 for the H_PARTS form of h."""
     common = (f"ids_ptr:*i32:16,pairs_ptr:*{pairs}:16,first_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*u8:16,"
               "ws_ptr:*u8:16")
     if kind == "gate_up":
-        return f"x_ptr:*bf16:16,{common},h_ptr:*fp32:16,n_pairs:i32:16,topk:i32:16,D:i32:16,I:i32:16,row_blocks:i32:16"
-    return (f"h_ptr:*fp32:16,ids_ptr:*i32:16,wts_ptr:*fp32:16,pairs_ptr:*{pairs}:16,first_ptr:*i32:16,"
+        return (f"x_ptr:*bf16:16,{common},h_ptr:*{h}:16,n_pairs:i32:16,topk:i32:16,D:i32:16,I:i32:16,"
+                "row_blocks:i32:16")
+    return (f"h_ptr:*{h}:16,ids_ptr:*i32:16,wts_ptr:*fp32:16,pairs_ptr:*{pairs}:16,first_ptr:*i32:16,"
             "n_items_ptr:*i32:16,wq_ptr:*u8:16,ws_ptr:*u8:16,out_ptr:*bf16:16,n_pairs:i32:16,topk:i32:16,batch:i32,"
             "D:i32:16,I:i32:16,row_blocks:i32:16")
 
 
-# K3 (D=3584, I=3072, top-16): B = 1 on CUDA cores (2 lane teams for the 112-block rows of W13), B = 16 on mt.dot.
+# K3 (D=3584, I=3072, top-16): B = 1 on CUDA cores (2 lane teams for the 112-block rows of W13), B = 16 on mt.dot
+# (h passed as bf16 parts, as moe_decode does).
 gate_up_kernel.specialize(signature=_signature("gate_up", "i32"), ROWS=8, TEAMS=2, BLOCKS=16, NT=1, DEDUP=False,
                           USE_DOT=False, FULL_STEPS=True, num_warps=8)
 down_kernel.specialize(signature=_signature("down", "i32"), ROWS=8, TEAMS=1, BLOCKS=32, NT=1, BT=1, DEDUP=False,
                        USE_DOT=False, FULL_STEPS=True, num_warps=8)
-gate_up_kernel.specialize(signature=_signature("gate_up", "i64"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8, DEDUP=True,
-                          USE_DOT=True, FULL_STEPS=True, num_warps=1)
-down_kernel.specialize(signature=_signature("down", "i64"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8, BT=16, DEDUP=True,
-                       USE_DOT=True, FULL_STEPS=True, num_warps=1)
+gate_up_kernel.specialize(signature=_signature("gate_up", "i64", "bf16"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8,
+                          DEDUP=True, USE_DOT=True, FULL_STEPS=True, H_PARTS=True, num_warps=1)
+down_kernel.specialize(signature=_signature("down", "i64", "bf16"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8, BT=16,
+                       DEDUP=True, USE_DOT=True, FULL_STEPS=True, H_PARTS=True, num_warps=1)
 
 
 # ------------------------------------------------------------------------------------------ routing
@@ -540,8 +650,8 @@ def _check_config(config: KernelConfig) -> None:
             raise ValueError(f"config.{name} must be a power of two, got {v}")
     if config.rows < 2:
         raise ValueError("config.rows must be at least 2 (gate and up rows of a neuron share a program)")
-    if config.use_dot and config.teams != 1:
-        raise ValueError("the mt.dot path takes teams=1")
+    if config.use_dot and (config.teams != 1 or config.rows % 16 or config.blocks % 4):
+        raise ValueError("the mt.dot path takes teams=1, rows a multiple of 16 and blocks a multiple of 4")
     if config.splits is not None and config.splits < 1:
         raise ValueError(f"config.splits must be at least 1, got {config.splits}")
 
@@ -559,9 +669,11 @@ def _check_experts(w: PreparedExperts, name: str) -> None:
         raise TypeError(f"{name} must come from prepare_experts(), got {type(w).__name__}")
 
 
-def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: KernelConfig | None = None
-            ) -> torch.Tensor:
-    """Kernel 1: the fp32 intermediate h [B * topk, I], h[b * topk + j] = silu(gate) * up for expert ids[b, j]."""
+def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: KernelConfig | None = None,
+            parts: bool = False) -> torch.Tensor:
+    """Kernel 1: the fp32 intermediate h [B * topk, I], h[b * topk + j] = silu(gate) * up for expert ids[b, j].
+    parts: return it instead as bf16 [2, B * topk, I], hi = bf16(h) and lo = bf16(h - hi), the form the mt.dot
+    down kernel takes (split once here rather than in each of its programs; the same bytes as fp32 h)."""
     _check_experts(w13, "w13")
     B, D = x.shape
     if w13.k != D or w13.rows % 2:
@@ -570,30 +682,39 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     if config is None:
         config = pick_config(w13.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
     _check_config(config)
-    h = torch.empty((routing.n_pairs, I), dtype=torch.float32, device=x.device)
+    if parts:
+        h = torch.empty((2, routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
+    else:
+        h = torch.empty((routing.n_pairs, I), dtype=torch.float32, device=x.device)
     programs = mt.cdiv(I, config.rows // 2)
     grid = (programs, pick_splits(config, programs, routing.n_pairs, x.is_cuda))
     gate_up_kernel[grid](x, routing.ids, routing.pairs, routing.first, routing.n_items,
                          w13.blocks, w13.scales, h, routing.n_pairs, routing.topk, D, I, w13.row_blocks,
                          ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
                          DEDUP=routing.dedup, USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config),
-                         num_warps=config.num_warps)
+                         H_PARTS=parts, num_warps=config.num_warps)
     return h
 
 
 def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torch.dtype = torch.bfloat16,
          config: KernelConfig | None = None) -> torch.Tensor:
-    """Kernel 2: out [B, D] = sum_j weights[b, j] * W2[ids[b, j]] @ h[b * topk + j], accumulated in fp32."""
+    """Kernel 2: out [B, D] = sum_j weights[b, j] * W2[ids[b, j]] @ h[b * topk + j], accumulated in fp32. h is fp32
+    [B * topk, I], or on the mt.dot path `gate_up(..., parts=True)`'s bf16 [2, B * topk, I]."""
     _check_experts(w2, "w2")
-    P, I = h.shape
-    if P != routing.n_pairs or w2.k != I or h.dtype != torch.float32:
-        raise ValueError(f"h must be fp32 [B*k={routing.n_pairs}, I={w2.k}], got {h.dtype} {tuple(h.shape)}")
+    parts = h.dim() == 3
+    P, I = h.shape[-2:]
+    if (P != routing.n_pairs or w2.k != I or h.dtype != (torch.bfloat16 if parts else torch.float32)
+            or (parts and h.shape[0] != 2)):
+        raise ValueError(f"h must be fp32 [B*k={routing.n_pairs}, I={w2.k}] or bf16 [2, B*k, I] parts, got "
+                         f"{h.dtype} {tuple(h.shape)}")
     if routing.batch > MAX_BATCH:
         raise ValueError(f"moe decode handles batches up to {MAX_BATCH}, got {routing.batch}")
     D = w2.rows
     if config is None:
         config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
     _check_config(config)
+    if parts and not config.use_dot:
+        raise ValueError("h as bf16 parts is for the mt.dot path (the CUDA-core path takes fp32 h)")
     programs = mt.cdiv(D, config.rows)
     splits = pick_splits(config, programs, routing.n_pairs, h.is_cuda)
     if splits == 1:  # each output written once, straight in out_dtype
@@ -605,17 +726,18 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
                       w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I, w2.row_blocks,
                       ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
                       BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
-                      FULL_STEPS=_full_steps(w2, config), num_warps=config.num_warps)
+                      FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, num_warps=config.num_warps)
     return out if splits == 1 else out.sum(dim=0).to(out_dtype)
 
 
 def plan_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, use_dot: bool | None = None,
                  dedup: bool | None = None) -> tuple[Routing, bool]:
-    """The default routing for a batch: no grouping at B = 1 (a token's experts are distinct), otherwise pairs
-    grouped by expert, 8 per item on the mt.dot path (the n8 of m16n8k16) and 2 on CUDA cores."""
+    """The default routing for a batch: pairs grouped by expert, 8 per item on the mt.dot path (the n8 of
+    m16n8k16: with fewer slots the dot would not go to the tensor cores) and 2 on CUDA cores; no grouping on CUDA
+    cores at B = 1 (a token's experts are distinct: no preparation at all)."""
     batch = topk_ids.shape[0]
     use_dot = batch >= DOT_MIN_BATCH if use_dot is None else use_dot
-    dedup = batch > 1 if dedup is None else dedup
+    dedup = (batch > 1 or use_dot) if dedup is None else dedup
     group = (8 if use_dot else 2) if dedup else 1
     return make_routing(topk_ids, topk_weights, group, dedup), use_dot
 
@@ -631,15 +753,15 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     w13:          prepare_experts of gate+up [E, 2I, D] (rows [0, I) gate, [I, 2I) up).
     w2:           prepare_experts of down [E, D, I].
     out_dtype:    bf16 (default), or fp32 to see the result before the output rounding.
-    use_dot:      force the mt.dot (True) or CUDA-core (False) inner products; default: mt.dot from B = 3.
-    dedup:        group pairs by expert so shared experts are read once; default: when B > 1.
+    use_dot:      force the mt.dot (True) or CUDA-core (False) inner products; default: mt.dot from B = 2.
+    dedup:        group pairs by expert so shared experts are read once; default: when B > 1 or on mt.dot.
     Returns out_dtype [B, D] = sum_j w[b, j] * W2[e] @ (silu(W13[e, :I] @ x_b) * (W13[e, I:] @ x_b)), e = ids[b, j].
     """
     _check_inputs(x, topk_ids, topk_weights, w13, w2)
     routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup)
     c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot)
     c2 = pick_config(w2.row_blocks, routing.n_pairs, use_dot)
-    h = gate_up(x, routing, w13, c13)
+    h = gate_up(x, routing, w13, c13, parts=use_dot)
     return down(h, routing, w2, out_dtype, c2)
 
 

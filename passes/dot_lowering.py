@@ -41,10 +41,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minitriton.ir.layouts import default_layout
+from minitriton.ir.layouts import blocked, default_layout, thread_map
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
-from minitriton.ir.mma_layouts import dot_operand_layout, mma_layout, shared_layout, tiles_accumulator
+from minitriton.ir.mma_layouts import (dot_operand_layout, dot_operand_thread_map, mma_layout, shared_layout,
+                                      tiles_accumulator, warps_of)
 from minitriton.ir.types import LayoutAttr, TensorType
 
 from .dce import eliminate_dead_code
@@ -97,6 +98,13 @@ def lower_dots(func: Operation) -> bool:
     for op in func.walk():  # dots left on CUDA cores keep a blocked accumulator: an #mma layout flooding in from a
         if op.name == "mt.dot" and op not in chosen:  # tensor-core neighbour may not tile their shape
             anchors[op] = default_layout(op.result.type.shape, num_warps)
+    for op, choice in chosen.items():  # operands built by a reshape: hold them in their fragments' threads
+        if choice.instruction == "mma":
+            for i, enc in ((0, choice.a), (1, choice.b)):
+                producer = op.operands[i].defining_op
+                frag = fragment_blocked(enc, op.operands[i].type.shape)
+                if producer is not None and producer.name == "mt.reshape" and frag is not None:
+                    anchors.setdefault(producer, frag)
     assign_layouts(func, anchors)
     memo: dict[tuple[Value, LayoutAttr], Value] = {}
     for op, choice in chosen.items():
@@ -173,6 +181,30 @@ def mma_v2_warps(m: int, n: int, k: int, num_warps: int, k_width: int = K_WIDTH)
     elem, pad = 4 // k_width, 16 * k_width // 4  # bytes per element; elements in the 16-byte row padding
     padded = max((m + pad) * k, m * (k + pad), (k + pad) * n, k * (n + pad)) * elem
     return [wm, wn] if padded <= SMEM_BUDGET else None
+
+
+def fragment_blocked(enc: LayoutAttr, shape: tuple[int, ...]) -> LayoutAttr | None:
+    """A blocked layout putting every element of an mma.sync operand (`#mt.dot_op` enc over shape) in the thread
+    whose fragment holds it (register order aside), or None when the warps make none: A [M, K] with WN = 1 is
+    [1, kWidth] x [8, 4] lanes x [WM, 1] warps, B [K, N] with WM = 1 is [kWidth, 1] x [4, 8] x [1, WN], K fastest.
+    A reshape producing the operand in it makes the operand's conversion a register rename (no shared memory):
+    that is how dequantized weights feed the tensor cores straight from registers."""
+    wm, wn = warps_of(enc)
+    k_width, op_idx = enc.get("kWidth"), enc.get("opIdx")
+    if op_idx == 0 and wn == 1:
+        cand = blocked([1, k_width], [8, 4], [wm, 1], [1, 0])
+    elif op_idx == 1 and wm == 1:
+        cand = blocked([k_width, 1], [4, 8], [1, wn], [0, 1])
+    else:
+        return None
+    try:
+        frag, mine = dot_operand_thread_map(enc, shape), thread_map(cand, shape)
+    except ValueError:
+        return None
+    if frag.num_regs != mine.num_regs or any(sorted(frag.elements(t)) != sorted(mine.elements(t))
+                                             for t in range(frag.num_threads)):
+        return None
+    return cand
 
 
 def _wgmma_choice(m: int, n: int, k: int, num_warps: int) -> DotChoice:

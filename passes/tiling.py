@@ -29,7 +29,9 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    scf.while) ties the layouts of its tensor operands and results: elementwise ops, broadcast, scan, loads,
    stores and carried values use one layout for all; reduce gives slice(axis, L) of its operand's L;
    expand_dims takes slice(axis, L) and gives L; trans permutes a blocked layout (free in registers); reshape
-   and the a / b operands of dot are free (the codegen moves them through shared memory). From each anchor, in
+   and the a / b operands of dot are free (the codegen moves them through shared memory), except that a reshape
+   which only splits dims takes, from its operand's side, the blocked layout keeping every element in its thread
+   (`split_layout`: a register rename) when there is one. From each anchor, in
    program order, layouts flood through the ties to every node not yet decided. A reduce reached from its result,
    or an expand_dims reached from its operand, with a layout that is not the matching slice stays undecided: the
    small side does not choose the layout of the big tile (the big tile's own flood decides it, and the conversion
@@ -52,7 +54,7 @@ from dataclasses import dataclass, field
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
 from minitriton.ir.layouts import (WARP_SIZE, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
-                                   is_slice, layouts_equivalent, permute_layout, slice_of, thread_map,
+                                   is_slice, layouts_equivalent, permute_layout, slice_of, split_layout, thread_map,
                                    vector_groups)
 from minitriton.ir.ops import OPS
 from minitriton.ir.types import LayoutAttr, PointerType, TensorType
@@ -86,7 +88,9 @@ def tiling(module: Module) -> Module:
 
 def assign_layouts(func: Operation, dot_layouts: dict[Operation, LayoutAttr] | None = None) -> None:
     """Solve and materialize the layouts of `func`. `dot_layouts` fixes the accumulator layout of some dots
-    (passes/dot_lowering.py re-runs the solver with their #mt.mma layouts): those anchors flood first."""
+    (passes/dot_lowering.py re-runs the solver with their #mt.mma layouts), and the result layout of reshapes that
+    produce a dot operand (a blocked layout holding the operand's mma fragments: no shared-memory trip): those
+    anchors flood first."""
     for op in func.walk():
         for v in op.results + [a for r in op.regions for b in r.blocks for a in b.args]:
             if isinstance(v.type, TensorType) and v.type.encoding is not None:
@@ -151,8 +155,9 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
             return {op.result: permute_layout(hint, perm)}, {(op, 0): hint}
         return None
     if name == "mt.reshape":
-        if hint_def is None:
-            return None
+        if hint_def is None:  # from the operand: only a split that keeps every element in its thread
+            split = split_layout(hint, op.operands[0].type.shape, op.result.type.shape)
+            return None if split is None else ({op.result: split}, {(op, 0): hint})
         return {op.result: hint}, {(op, 0): None}
     if name == "mt.descriptor_load":
         return {op.result: hint}, {}
@@ -328,11 +333,13 @@ class _Solver:
 
     def solve(self) -> None:
         analysis = AxisAnalysis(self.func)
-        for node in self.nodes:  # 0. fixed dot accumulators: they flood first, as far as they reach
-            acc = self.dot_layouts.get(node.op) if node.rule == "mt.dot" else None
-            if acc is not None:
-                op = node.op
-                self._decide(node, ({op.result: acc}, {(op, 0): None, (op, 1): None, (op, 2): acc}))
+        for node in self.nodes:  # 0. fixed dot accumulators (and dot operands): they flood first, as far as they reach
+            fixed = self.dot_layouts.get(node.op)
+            op = node.op
+            if fixed is not None and node.rule == "mt.dot":
+                self._decide(node, ({op.result: fixed}, {(op, 0): None, (op, 1): None, (op, 2): fixed}))
+            elif fixed is not None and node.rule == "mt.reshape":  # a reshape feeding a dot operand
+                self._decide(node, ({op.result: fixed}, {(op, 0): None}))
         dots, self.queue = self.queue, deque()
         self.analysis = analysis
         self.weak: set[_Node] = set()

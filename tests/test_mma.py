@@ -33,11 +33,13 @@ from minitriton.codegen import ptxas_path, wgmma as wgmma_codegen
 from minitriton.frontend import compile_to_ir
 from minitriton.interpreter import interpret
 from minitriton.ir import Module, parse_module, print_module
-from minitriton.ir.layouts import WARP_SIZE, blocked, thread_map
+from minitriton.codegen.layout_moves import identity, register_permutation
+from minitriton.ir.layouts import WARP_SIZE, blocked, split_layout, thread_map
 from minitriton.ir.mma_layouts import dot_operand_layout, mma_layout
 from minitriton.ir.types import SCALAR_TYPES, PointerType, tensor
 from minitriton.kernels.examples import attention, matmul
 from minitriton.passes import run_passes
+from minitriton.passes import dot_lowering
 from minitriton.passes.dot_lowering import choose, mma_v2_warps
 from ptx_helpers import clone_args, launch_on_gpu, lower, rel_err, run_interpreted, run_simulated
 from ptx_sim import SimError, run_ptx
@@ -232,6 +234,46 @@ def test_dot_operand_maps_cover_every_element_with_one_owner(wm: int, wn: int) -
         assert len(holders) == shape[0] * shape[1]
         copies = wn if op_idx == 0 else wm  # the warps along the other dim hold copies
         assert set(holders.values()) == {copies} and set(owners.values()) == {1}
+
+
+@pytest.mark.parametrize("wm, wn", WARP_TILINGS)
+@pytest.mark.parametrize("k_width", [2, 1])
+def test_fragment_blocked_holds_each_fragment_in_its_thread(wm: int, wn: int, k_width: int) -> None:
+    """dot-lowering's register-operand anchor: the blocked layout it gives a reshape feeding an mma.sync operand
+    puts every element in the thread whose fragment holds it (so the convert to #mt.dot_op is a register rename,
+    which register_permutation finds), and exists exactly when the warps along the other dim are 1."""
+    acc = mma_layout(2, [wm, wn], [16, 8])
+    for op_idx, shape in ((0, (32 * wm, 32)), (1, (32, 16 * wn))):
+        enc = dot_operand_layout(op_idx, acc, k_width)
+        frag = dot_lowering.fragment_blocked(enc, shape)
+        assert (frag is None) == ((wn if op_idx == 0 else wm) > 1)
+        if frag is not None:
+            perm = register_permutation(thread_map(frag, shape), thread_map(enc, shape), identity)
+            assert perm is not None and sorted(perm) == list(range(len(perm)))
+
+
+def test_split_layout_keeps_elements_in_their_threads() -> None:
+    """tiling's forward rule for reshapes that split dims (minitriton/ir/layouts.py split_layout): the result
+    layout is blocked and a register rename of the operand's (the row-major reshape moves no element between
+    threads), or None where no blocked layout is one."""
+    cases = [
+        (blocked([1, 1, 1, 16], [1, 8, 4, 1], [1, 1, 1, 1], [3, 2, 1, 0]), (2, 16, 4, 16), (2, 16, 4, 8, 2)),
+        (blocked([1, 1, 1, 8], [2, 2, 4, 2], [1, 1, 1, 1], [3, 2, 1, 0]), (8, 2, 4, 16), (8, 2, 4, 8, 2)),
+        (blocked([4, 1], [8, 4], [2, 2], [0, 1]), (64, 16), (2, 32, 16)),
+        (blocked([1, 4], [4, 8], [4, 1], [1, 0]), (16, 128), (16, 4, 32)),
+    ]
+    for enc, src, dst in cases:
+        out = split_layout(enc, src, dst)
+        assert out is not None and out.kind == "blocked"
+
+        def index(c: tuple[int, ...], src: tuple[int, ...] = src, dst: tuple[int, ...] = dst) -> tuple[int, ...]:
+            lin = sum(x * math.prod(dst[i + 1:]) for i, x in enumerate(c))
+            return tuple((lin // math.prod(src[i + 1:])) % s for i, s in enumerate(src))
+
+        assert register_permutation(thread_map(enc, src), thread_map(out, dst), index) is not None
+    assert split_layout(blocked([1, 2], [8, 4], [1, 1], [1, 0]), (16, 16), (256,)) is None  # a merge
+    assert split_layout(blocked([1, 2], [8, 4], [1, 1], [1, 0]), (16, 16), (8, 2, 16)) is not None
+    assert split_layout(blocked([1, 2], [8, 4], [1, 1], [1, 0]), (16, 16), (4, 8, 8)) is None  # 16 -> 4 x 8 + ?
 
 
 @pytest.mark.parametrize("num_warps, n_instr, n", [(4, 64, 64), (8, 32, 64), (4, 256, 512)])

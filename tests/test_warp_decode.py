@@ -296,6 +296,11 @@ def check_decode(p: Problem, use_dot: bool, dedup: bool | None = None) -> tuple[
     bound = BOUND_DOT if use_dot else BOUND_CUDA_CORES
     h_err, out_err = rel_err(h, ref_h), rel_err(out32, ref_out)
     assert h_err <= bound and out_err <= bound <= BOUND_ISSUE, (h_err, out_err)
+    if use_dot:  # h as the bf16 parts moe_decode passes: split exactly as the down kernel would, same result
+        parts = wd.gate_up(p.x, routing, w13, cfg13, parts=True)
+        assert parts.shape == (2,) + h.shape and torch.equal(parts[0], h.to(torch.bfloat16))
+        assert torch.equal(parts[1], (h - parts[0].float()).to(torch.bfloat16))
+        assert torch.equal(wd.down(parts, routing, w2, torch.float32, cfg2), out32)
     out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, use_dot=use_dot, dedup=dedup)
     assert out.dtype == torch.bfloat16 and out.shape == (p.x.shape[0], p.D)
     assert rel_err(out, ref_out) <= BOUND_BF16_OUT
@@ -356,6 +361,70 @@ def test_full_steps_unmasked_activation_loads(interpret: None, batch: int, dedup
     h = wd.gate_up(p.x, routing, w13, cfg)
     out = wd.down(h, routing, w2, torch.float32, wd.KernelConfig(False, rows=4, teams=8, blocks=4, num_warps=4))
     assert rel_err(h, ref_h) <= BOUND_CUDA_CORES and rel_err(out, ref_out) <= BOUND_CUDA_CORES
+
+
+def _dot_kernel_maker(kernel, ints: dict, constexprs: dict):  # type: ignore[no-untyped-def]
+    """A maker of gate_up_kernel / down_kernel typed as the AOT dot specializations (i64 pairs); pointers are
+    16-byte aligned, and the int arguments `ints` are declared divisible by 16 where they are."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from minitriton.ir.types import PointerType, ScalarType
+    kind = "gate_up" if kernel is wd.gate_up_kernel else "down"
+    types, divisibility = {}, {}
+    for part in wd._signature(kind, "i64", "bf16").split(","):
+        name, t, *div = part.split(":")
+        types[name] = (PointerType(ScalarType({"bf16": "bf16", "fp32": "f32", "i32": "i32", "i64": "i64",
+                                               "u8": "ui8"}[t[1:]]))
+                       if t.startswith("*") else ScalarType(t))
+        if div and (t.startswith("*") or ints[name] % 16 == 0):
+            divisibility[name] = int(div[0])
+    if "out_ptr" in types:  # the fp32 output (the wrapper's out_dtype=torch.float32)
+        types["out_ptr"] = PointerType(ScalarType("f32"))
+    return helpers.dsl(kernel, types, constexprs, divisibility, num_warps=1)
+
+
+def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mt.dot kernels compiled to PTX and replayed in the simulator (mma.sync included) agree with the
+    interpreter and the float64 reference (h passing between them as bf16 hi / lo parts, as in moe_decode), and
+    their dots take both operands straight from registers: the weights' and the vectors' fragment layouts make
+    every operand conversion a register rename, so no ldmatrix and no shared-memory exchange is left in the K loop
+    (the routing kernel runs interpreted). Gate/up: full steps, the prefetch clamped at the row's end; down
+    (K = 48): a partial block and masked steps."""
+    helpers = pytest.importorskip("ptx_helpers")
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+    D, I = 256, 48
+    p = Problem(3, D=D, I=I, E=3, k=2, seed=31)
+    w13, w2 = p.prepare()
+    routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=True)
+    ref_out, ref_h = p.reference()
+    c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, True)
+    common = dict(ROWS=c13.rows, TEAMS=1, BLOCKS=c13.blocks, NT=routing.group, DEDUP=True, USE_DOT=True,
+                  H_PARTS=True)
+    ints = dict(n_pairs=routing.n_pairs, topk=routing.topk, batch=3, D=D, I=I)
+    make = _dot_kernel_maker(wd.gate_up_kernel, dict(ints, row_blocks=w13.row_blocks),
+                             dict(common, FULL_STEPS=wd._full_steps(w13, c13)))
+    h = torch.full((2, routing.n_pairs, I), float("nan"), dtype=torch.bfloat16)  # bf16 hi / lo parts of h
+    args = [p.x, routing.ids, routing.pairs, routing.first, routing.n_items, w13.blocks, w13.scales, h,
+            routing.n_pairs, routing.topk, D, I, w13.row_blocks]
+    grid = (mt.cdiv(I, c13.rows // 2), 1)
+    ptx, _, _ = helpers.lower(make)
+    loop = ptx[ptx.index("mma.sync") - 1:]
+    assert "ldmatrix" not in ptx and "st.shared" not in loop.split("bar.sync")[0]
+    want_h = helpers.run_interpreted(make, grid, args)[7]
+    got_h = helpers.run_simulated(make, grid, args, ptx)[7]
+    joined = got_h[0].double() + got_h[1].double()  # hi + lo: h to about 16 bits
+    assert rel_err(joined, want_h[0].double() + want_h[1].double()) <= 1e-6 and rel_err(joined, ref_h) <= BOUND_DOT
+    c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, True)
+    make = _dot_kernel_maker(wd.down_kernel, dict(ints, row_blocks=w2.row_blocks),
+                             dict(common, BLOCKS=c2.blocks, BT=4, FULL_STEPS=wd._full_steps(w2, c2)))
+    out = torch.full((3, D), float("nan"))
+    args = [got_h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.blocks,
+            w2.scales, out, routing.n_pairs, routing.topk, 3, D, I, w2.row_blocks]
+    grid = (mt.cdiv(D, c2.rows), 1)
+    ptx, _, _ = helpers.lower(make)
+    assert "ldmatrix" not in ptx
+    want = helpers.run_interpreted(make, grid, args)[8]
+    got = helpers.run_simulated(make, grid, args, ptx)[8]
+    assert rel_err(got, want) <= 1e-6 and rel_err(got, ref_out) <= BOUND_DOT
 
 
 @pytest.mark.parametrize("use_dot", [False, True])

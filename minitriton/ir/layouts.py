@@ -414,3 +414,68 @@ def blocked_equivalent(enc: LayoutAttr, shape: Sequence[int]) -> LayoutAttr | No
         if layouts_equivalent(cand, enc, shape):
             return cand
     return None
+
+
+def split_layout(enc: LayoutAttr, src_shape: Sequence[int], dst_shape: Sequence[int]) -> LayoutAttr | None:
+    """A blocked layout of `dst_shape` that puts every element of a row-major reshape src_shape -> dst_shape in
+    the thread that holds it in `enc` over src_shape (the reshape is then a register rename), or None. Only for
+    reshapes that split dims (each source dim becomes consecutive result dims of the same total size): each
+    source dim's run, lanes, warps and repeats are handed out to its parts from the innermost one, and the
+    candidate is checked thread by thread."""
+    if not is_blocked(enc) or tuple(src_shape) == tuple(dst_shape):
+        return None
+    return _split_layout(enc, tuple(src_shape), tuple(dst_shape))
+
+
+@lru_cache(maxsize=1024)
+def _split_layout(enc: LayoutAttr, src: tuple[int, ...], dst: tuple[int, ...]) -> LayoutAttr | None:
+    groups: list[list[int]] = []  # the result dims each source dim becomes
+    j = 0
+    for size in src:
+        group, prod = [], 1
+        while j < len(dst) and (prod < size or (dst[j] == 1 and not group)):
+            group.append(j)
+            prod *= dst[j]
+            j += 1
+        if prod != size or not group:
+            return None
+        groups.append(group)
+    if j != len(dst):
+        return None
+    spt, tpw, wpc = ([0] * len(dst) for _ in range(3))
+    for d, group in enumerate(groups):
+        left = [enc.get("sizePerThread")[d], enc.get("threadsPerWarp")[d], enc.get("warpsPerCTA")[d]]
+        for e in reversed(group):  # innermost part first: it takes the run, then lanes, then warps
+            rem, took = dst[e], []
+            for i in range(3):
+                take = min(rem, left[i]) if all(left[k] == 1 for k in range(i)) else 1
+                if rem % take or left[i] % take:
+                    return None
+                rem, left[i] = rem // take, left[i] // take
+                took.append(take)
+            spt[e], tpw[e], wpc[e] = took
+        outer = group[0]  # what a small dim leaves over (replication) goes to its outermost part
+        spt[outer], tpw[outer], wpc[outer] = spt[outer] * left[0], tpw[outer] * left[1], wpc[outer] * left[2]
+    order = [e for d in enc.get("order") for e in reversed(groups[d])]
+    cand = blocked(spt, tpw, wpc, order)
+    try:
+        ts, td = _thread_map(enc, src), _thread_map(cand, dst)
+    except ValueError:
+        return None
+    if ts.num_regs != td.num_regs or ts.num_warps != td.num_warps:
+        return None
+    src_strides = [1] * len(src)
+    for i in range(len(src) - 2, -1, -1):
+        src_strides[i] = src_strides[i + 1] * src[i + 1]
+    dst_strides = [1] * len(dst)
+    for i in range(len(dst) - 2, -1, -1):
+        dst_strides[i] = dst_strides[i + 1] * dst[i + 1]
+
+    def linear(c: tuple[int, ...], strides: list[int]) -> int:
+        return sum(x * s for x, s in zip(c, strides))
+
+    for tid in range(ts.num_threads):
+        if sorted(linear(c, src_strides) for c in ts.elements(tid)) != sorted(
+                linear(c, dst_strides) for c in td.elements(tid)):
+            return None
+    return cand
