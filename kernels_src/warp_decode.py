@@ -52,7 +52,10 @@ import minitriton as mt
 from . import mxfp4
 
 BLOCK_BYTES = 16  # one MX block of 32 E2M1 values
-DOT_MIN_BATCH = 2  # from this batch on the inner products go through mt.dot (tensor cores; model in the notes)
+# From this batch on the inner products go through mt.dot (tensor cores, operands from registers). Measured on the H200
+# (2026-11-29 19:0x UTC, `python -m benchmarks.run warp_decode`): at B = 1 the mt.dot path takes 243.8 us against
+# 370.4 us on CUDA cores, so every batch uses it.
+DOT_MIN_BATCH = 1
 MAX_BATCH = 256  # the down kernel keeps a [ROWS, next_pow2(B)] fp32 accumulator per program
 
 
