@@ -31,7 +31,7 @@ from minitriton.ir.types import ScalarType, TensorType
 
 from .context import KernelContext
 from .mma import store_width
-from .wgmma import ALIGN, _linear, operand_offset, possible_bits
+from .wgmma import ALIGN, _linear, offset_of_register, operand_offset, possible_bits
 
 COPY_BYTES = 16
 
@@ -143,12 +143,7 @@ def _operand_destinations(ctx: KernelContext, slot_base: str, tmap: ThreadMap, g
             else:
                 out.append(f"{start}+{offset(off[0], off[1])}")
             continue
-        coords = []
-        for d in (0, 1):
-            c = ctx.new("b32")
-            ctx.emit(f"add.u32 {c}, {ctx.dim_base(tmap.dims[d])}, {off[d]};")
-            coords.append(c)
-        moved = _linear(ctx, coords, (tmap.shape[0] - 1, tmap.shape[1] - 1), offset, in_body=True)
+        moved = offset_of_register(ctx, tmap, off, offset)
         addr = ctx.new("b32")
         ctx.emit(f"add.u32 {addr}, {slot_base}, {moved};")
         out.append(addr)

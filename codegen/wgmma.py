@@ -323,15 +323,21 @@ def _stage(ctx: KernelContext, src: Value, offset: Offset, region: int, k_dim: i
             moved = ctx.new("b32")
             ctx.emit(f"xor.b32 {moved}, {base}, {offset(off[0], off[1])};")
         else:
-            coords = []
-            for d in (0, 1):
-                c = ctx.new("b32")
-                ctx.emit(f"add.u32 {c}, {ctx.dim_base(tmap.dims[d])}, {off[d]};")
-                coords.append(c)
-            moved = _linear(ctx, coords, (tmap.shape[0] - 1, tmap.shape[1] - 1), offset, in_body=True)
+            moved = offset_of_register(ctx, tmap, off, offset)
         addr = ctx.new("b32")
         ctx.emit(f"add.u32 {addr}, {start}, {moved};")
         store_shared_b16(ctx, addr, [regs[r] for r in group], owner)
+
+
+def offset_of_register(ctx: KernelContext, tmap: ThreadMap, off: tuple[int, ...], offset: Offset) -> str:
+    """offset(the thread's coordinates + a register's offset `off`), computed in the body: the general case, when
+    the register offset shares bits with the thread's coordinates (so the XOR shortcut does not apply)."""
+    coords = []
+    for d in (0, 1):
+        c = ctx.new("b32")
+        ctx.emit(f"add.u32 {c}, {ctx.dim_base(tmap.dims[d])}, {off[d]};")
+        coords.append(c)
+    return _linear(ctx, coords, (tmap.shape[0] - 1, tmap.shape[1] - 1), offset, in_body=True)
 
 
 def _linear(ctx: KernelContext, coords: list[str], bits: tuple[int, int], offset: Offset,
