@@ -297,7 +297,7 @@ def _swizzled_addr(ctx: KernelContext, base: str, offset: int) -> str:
 def _store_vector(ctx: KernelContext, cls: str, addr: str, vals: list[str], pred: str | None) -> None:
     """st.shared of consecutive elements: 16-bit pairs packed into 32-bit words, 1, 2 or 4 words."""
     if cls == "b16" and len(vals) > 1:
-        vals, cls = [_pack(ctx, vals[i], vals[i + 1]) for i in range(0, len(vals), 2)], "b32"
+        vals, cls = [pack(ctx, vals[i], vals[i + 1]) for i in range(0, len(vals), 2)], "b32"
     guard = f"@{pred} " if pred else ""
     kind = "b16" if cls == "b16" else "b32"  # bit-size type: f32 registers too (as `exchange` stores them)
     if len(vals) == 1:
@@ -306,9 +306,10 @@ def _store_vector(ctx: KernelContext, cls: str, addr: str, vals: list[str], pred
         ctx.emit(f"{guard}st.shared.v{len(vals)}.{kind} [{addr}], {{{', '.join(vals)}}};")
 
 
-def _pack(ctx: KernelContext, lo: str, hi: str) -> str:
-    """A 32-bit word of two 16-bit values (lo in the low half); the word they were unpacked from when known (the
-    same cache key as codegen/mma.py `pack`, which imports this module)."""
+def pack(ctx: KernelContext, lo: str, hi: str) -> str:
+    """A 32-bit register holding two 16-bit values (lo in the low half): the register they were unpacked from when
+    known (ldmatrix results record it under ("packed", lo, hi); written once, so valid wherever they are), else a
+    new mov. codegen/mma.py uses it too."""
     known = ctx._cache.get(("packed", lo, hi))
     if known is not None:
         return known

@@ -42,7 +42,7 @@ from minitriton.ir.mma_layouts import warps_of
 from minitriton.ir.types import ScalarType
 
 from .context import KernelContext
-from .layout_moves import identity, register_permutation
+from .layout_moves import identity, pack, register_permutation
 
 PAD_BYTES = 16  # padding per shared-memory row of a staged operand
 
@@ -214,17 +214,6 @@ def store_shared_b32(ctx: KernelContext, addr: str, words: list[str], pred: str 
 
 def _guard(pred: str | None) -> str:
     return f"@{pred} " if pred else ""
-
-
-def pack(ctx: KernelContext, lo: str, hi: str) -> str:
-    """A 32-bit register holding two 16-bit values (lo in the low half): the register they were unpacked from
-    when ldmatrix produced them (written once, so it is valid wherever they are), else a new mov."""
-    known = ctx._cache.get(("packed", lo, hi))
-    if known is not None:
-        return known
-    r = ctx.new("b32")
-    ctx.emit(f"mov.b32 {r}, {{{lo}, {hi}}};")
-    return r
 
 
 def _unpack(ctx: KernelContext, r: str, k_width: int) -> list[str]:
