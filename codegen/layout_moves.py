@@ -1,5 +1,5 @@
 """Ops that move elements between threads or registers: splat, broadcast, expand_dims, convert_layout, trans,
-reshape.
+reshape, extract_slice, concat.
 
 A convert_layout between equivalent layouts (`layouts_equivalent`: every element in the same thread and register,
 e.g. a slice whose sliced-away dim had only warps, and the blocked layout without that dim) is a pure rename. The
@@ -95,9 +95,11 @@ def _const_index(offsets: Sequence[int], strides: Sequence[int]) -> int:
 
 
 def exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: Sequence[int], dst: ThreadMap,
-             dst_strides: Sequence[int], cls: str, numel: int, writer: str | None = None) -> list[str]:
+             dst_strides: Sequence[int], cls: str, numel: int, writer: str | None = None,
+             read_offset: int = 0) -> list[str]:
     """Move a tile through shared memory: element e of src goes to linear index sum(e * src_strides); each dst
-    register reads linear index sum(e * dst_strides). Owners write (and only where `writer` holds)."""
+    register reads linear index read_offset + sum(e * dst_strides). Owners write (and only where `writer`
+    holds)."""
     size = elem_bytes_of(cls)
     pred = ctx.owner_pred(src)
     if writer is not None:
@@ -110,30 +112,31 @@ def exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: S
             _st(ctx, cls, f"{waddr}+{_const_index(src.reg_offsets[r], src_strides) * size}", reg, pred)
         ctx.barrier()
         raddr = ctx.smem_addr(dst, dst_strides, size)
-        return [_ld(ctx, cls, f"{raddr}+{_const_index(dst.reg_offsets[r], dst_strides) * size}")
+        return [_ld(ctx, cls, f"{raddr}+{(read_offset + _const_index(dst.reg_offsets[r], dst_strides)) * size}")
                 for r in range(dst.num_regs)]
-    return _exchange_in_rounds(ctx, regs, src, src_strides, dst, dst_strides, cls, numel, pred)
+    return _exchange_in_rounds(ctx, regs, src, src_strides, dst, dst_strides, cls, numel, pred, read_offset)
 
 
 def _exchange_in_rounds(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: Sequence[int],
                         dst: ThreadMap, dst_strides: Sequence[int], cls: str, numel: int,
-                        pred: str | None) -> list[str]:
+                        pred: str | None, read_offset: int = 0) -> list[str]:
     size = elem_bytes_of(cls)
     chunk = 1 << ((ctx.smem_limit // size).bit_length() - 1)
     shift = chunk.bit_length() - 1
     ctx.need_smem(chunk * size)
 
-    def placed(tmap: ThreadMap, strides: Sequence[int], r: int) -> tuple[str, str]:
+    def placed(tmap: ThreadMap, strides: Sequence[int], r: int, extra: int = 0) -> tuple[str, str]:
         """(linear index >> shift, smem address of linear index % chunk) of register r."""
         lin, hi, lo, addr = ctx.new("b32"), ctx.new("b32"), ctx.new("b32"), ctx.new("b32")
-        ctx.emit(f"add.u32 {lin}, {ctx.linear_base(tmap, strides)}, {_const_index(tmap.reg_offsets[r], strides)};")
+        const = extra + _const_index(tmap.reg_offsets[r], strides)
+        ctx.emit(f"add.u32 {lin}, {ctx.linear_base(tmap, strides)}, {const};")
         ctx.emit(f"shr.u32 {hi}, {lin}, {shift};")
         ctx.emit(f"and.b32 {lo}, {lin}, {chunk - 1};")
         ctx.emit(f"mad.lo.u32 {addr}, {lo}, {size}, {ctx.smem};")
         return hi, addr
 
     writes = [placed(src, src_strides, r) for r in range(src.num_regs)]
-    reads = [placed(dst, dst_strides, r) for r in range(dst.num_regs)]
+    reads = [placed(dst, dst_strides, r, read_offset) for r in range(dst.num_regs)]
     out = [ctx.new(cls) for _ in range(dst.num_regs)]
     for c in range(numel // chunk):
         ctx.barrier()
@@ -176,7 +179,7 @@ def share_from_owners(ctx: KernelContext, regs: list[str], tmap: ThreadMap | Non
 
 
 def move(ctx: KernelContext, op: Operation, index: Callable[[Coord], Coord], src_strides: Sequence[int],
-         dst_strides: Sequence[int]) -> None:
+         dst_strides: Sequence[int], read_offset: int = 0) -> None:
     """Bind the result of an element-moving op: register renaming when possible, else through shared memory."""
     src_v, dst_v = op.operands[0], op.result
     src, dst = ctx.tmap(src_v), ctx.tmap(dst_v)
@@ -189,7 +192,7 @@ def move(ctx: KernelContext, op: Operation, index: Callable[[Coord], Coord], src
     for s in src.shape:
         numel *= s
     cls = reg_class(src_v.type.scalar)
-    ctx.bind(dst_v, exchange(ctx, regs, src, src_strides, dst, dst_strides, cls, numel))
+    ctx.bind(dst_v, exchange(ctx, regs, src, src_strides, dst, dst_strides, cls, numel, read_offset=read_offset))
 
 
 def lower_splat(ctx: KernelContext, op: Operation) -> None:
@@ -397,3 +400,77 @@ def lower_reshape(ctx: KernelContext, op: Operation) -> None:
         return tuple(reversed(out))
 
     move(ctx, op, index, row_major_strides(src_shape), row_major_strides(dst_shape))
+
+
+# ------------------------------------------------------------------------------------ static sub-tiles
+
+
+def lower_extract_slice(ctx: KernelContext, op: Operation) -> None:
+    """A register selection when every thread holds the sub-tile's elements (the tiling pass arranges it where it
+    can: layouts.subtile_layout); else the source goes through shared memory and each thread reads its elements
+    at the slice's offset."""
+    offsets = list(op.attrs["offsets"])
+    src_shape = op.operands[0].type.shape
+    strides = row_major_strides(src_shape)
+    move(ctx, op, lambda c: tuple(x + o for x, o in zip(c, offsets)), strides, strides,
+         read_offset=_const_index(offsets, strides))
+
+
+def lower_concat(ctx: KernelContext, op: Operation) -> None:
+    """A register assembly when each result register is, in every thread, one fixed register of one piece; else
+    every piece's owners write it at its place in the row-major result in shared memory and each thread reads
+    the result's elements (one round: the result must fit in shared memory)."""
+    axis = op.attrs["axis"]
+    pieces = [ctx.tmap(v) for v in op.operands]
+    dst = ctx.tmap(op.result)
+    regs = [ctx.get(v) for v in op.operands]
+    chosen = concat_registers(pieces, dst, axis)
+    if chosen is not None:
+        ctx.bind(op.result, [regs[i][r] for i, r in chosen])
+        return
+    shape = op.result.type.shape
+    strides = row_major_strides(shape)
+    cls = reg_class(op.result.type.scalar)
+    size = elem_bytes_of(cls)
+    numel = 1
+    for s in shape:
+        numel *= s
+    ctx.need_smem(numel * size)
+    ctx.barrier()
+    extent = op.operands[0].type.shape[axis]
+    for i, (tmap, piece_regs) in enumerate(zip(pieces, regs)):
+        waddr = ctx.smem_addr(tmap, strides, size, i * extent * strides[axis] * size)
+        pred = ctx.owner_pred(tmap)
+        for r, reg in enumerate(piece_regs):
+            _st(ctx, cls, f"{waddr}+{_const_index(tmap.reg_offsets[r], strides) * size}", reg, pred)
+    ctx.barrier()
+    raddr = ctx.smem_addr(dst, strides, size)
+    ctx.bind(op.result, [_ld(ctx, cls, f"{raddr}+{_const_index(dst.reg_offsets[r], strides) * size}")
+                         for r in range(dst.num_regs)])
+
+
+def concat_registers(pieces: Sequence[ThreadMap], dst: ThreadMap, axis: int) -> list[tuple[int, int]] | None:
+    """For each dst register, (piece, register of that piece) holding its element in every thread; None when some
+    thread does not hold it (the pieces must then move through shared memory)."""
+    if any(p.num_warps != dst.num_warps for p in pieces):
+        return None
+    extent = pieces[0].shape[axis]
+
+    def locate(c: Coord) -> tuple[int, Coord]:
+        i, x = divmod(c[axis], extent)
+        return i, c[:axis] + (x,) + c[axis + 1:]
+
+    holders0 = [{p.element(0, r): r for r in range(p.num_regs)} for p in pieces]
+    chosen = []
+    for r in range(dst.num_regs):
+        i, local = locate(dst.element(0, r))
+        got = holders0[i].get(local)
+        if got is None:
+            return None
+        chosen.append((i, got))
+    for tid in range(1, dst.num_threads):
+        for r, (i, s) in enumerate(chosen):
+            j, local = locate(dst.element(tid, r))
+            if j != i or pieces[i].element(tid, s) != local:
+                return None
+    return chosen

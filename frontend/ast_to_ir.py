@@ -759,19 +759,23 @@ class KernelCompiler:
         return slice(*parts)
 
     def index_tile(self, x: TileValue, index: tuple[Any, ...]) -> TileValue:
-        """`x[:, None]` style indexing: slices keep a dim, None inserts one of size 1."""
+        """`x[:, None]` style indexing: slices keep a dim (constant bounds `a:b` take a static sub-tile, see
+        Semantic.extract_slice), None inserts one of size 1."""
+        sliced = [item for item in index if item is not None]
+        for item in sliced:
+            if not isinstance(item, slice):
+                raise CompilationError("tiles can only be indexed with slices and None (e.g. x[:, None], "
+                                       f"x[16:32, :]); got {describe(item)}")
+        if len(sliced) > len(x.shape):
+            raise CompilationError(f"too many indices for a tile of shape {x.shape}")
+        if any(item != slice(None) for item in sliced):
+            bounds = [(i.start, i.stop, i.step) for i in sliced] + [None] * (len(x.shape) - len(sliced))
+            x = self.sem.extract_slice(x, bounds)
         dim = 0
         for item in index:
             if item is None:
                 x = self.sem.expand_dims(x, dim)
-                dim += 1
-            elif isinstance(item, slice) and item == slice(None):
-                dim += 1
-            else:
-                raise CompilationError("tiles can only be indexed with ':' and None (e.g. x[:, None]); "
-                                       f"got {describe(item)}")
-        if dim > len(x.shape) + sum(1 for i in index if i is None):
-            raise CompilationError(f"too many indices for a tile of shape {x.shape}")
+            dim += 1
         return x
 
     # ------------------------------------------------------------------------------------- calls

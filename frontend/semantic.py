@@ -272,6 +272,55 @@ class Semantic:
         shape = tuple(x.shape[i] for i in order)
         return TileValue(self.b.create1("mt.trans", [x.handle], TensorType(shape, x.dtype), order=order))
 
+    def extract_slice(self, x: TileValue, bounds: Sequence[tuple[Any, Any, Any] | None]) -> TileValue:
+        """x[start:stop, ...] with one (start, stop, step) per dim (None: the whole dim). Bounds are compile-time
+        ints; each slice has a power-of-two size and starts at a multiple of it, inside the tile."""
+        if len(bounds) != len(x.shape):
+            raise error(f"{len(bounds)} slices for a tile of shape {x.shape}")
+        offsets, sizes = [], []
+        for d, (extent, b) in enumerate(zip(x.shape, bounds)):
+            start, stop, step = b if b is not None else (None, None, None)
+            start = 0 if start is None else self.static_int(start, f"a slice bound (dim {d})")
+            stop = extent if stop is None else self.static_int(stop, f"a slice bound (dim {d})")
+            if step is not None and self.static_int(step, "a slice step") != 1:
+                raise error(f"tile slices take no step, got {step} in dim {d}")
+            size = stop - start
+            if not 0 <= start < stop <= extent:
+                raise error(f"slice {start}:{stop} is out of range for dim {d} of a tile of shape {x.shape}")
+            if not is_power_of_two(size) or start % size:
+                raise error(f"slice {start}:{stop} of dim {d} must have a power-of-two size and start at a "
+                            "multiple of it")
+            offsets.append(start)
+            sizes.append(size)
+        if tuple(sizes) == x.shape:
+            return x
+        return TileValue(self.b.create1("mt.extract_slice", [x.handle], TensorType(tuple(sizes), x.dtype),
+                                        offsets=offsets, sizes=sizes))
+
+    def cat(self, xs: Any, axis: Any) -> TileValue:
+        """The tiles in `xs` (one type, a power-of-two count) end to end along `axis`."""
+        if not isinstance(xs, (tuple, list)) or not xs:
+            raise error(f"cat needs a list of tiles, got {describe(xs)}")
+        xs = [self.to_value(x) for x in xs]
+        if len(xs) == 1:
+            return xs[0]
+        if not is_power_of_two(len(xs)):
+            raise error(f"cat needs a power-of-two number of tiles (the result's extent must be one), got {len(xs)}")
+        first = xs[0]
+        if not first.is_tile:
+            raise error("cat needs tiles, got a scalar")
+        for x in xs[1:]:
+            if x.type != first.type:
+                raise error(f"cat needs tiles of one shape and dtype, got {first.type} and {x.type}")
+        rank = len(first.shape)
+        axis = self.static_int(axis, "cat's axis")
+        if not -rank <= axis < rank:
+            raise error(f"cat axis {axis} is out of range for shape {first.shape}")
+        axis %= rank
+        shape = tuple(s * len(xs) if d == axis else s for d, s in enumerate(first.shape))
+        return TileValue(self.b.create1("mt.concat", [x.handle for x in xs], TensorType(shape, first.dtype),
+                                        axis=axis))
+
     # ---------------------------------------------------------------------------------- casts
 
     def cast(self, x: Any, dtype: Any, bitcast: bool = False) -> TileValue:

@@ -22,7 +22,7 @@ __all__ = [
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
     "store", "atomic_add", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log",
     "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin", "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum",
-    "fma", "cdiv", "cast", "trans", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
+    "fma", "cdiv", "cast", "trans", "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
 ]
 
 dtype = ScalarType
@@ -248,6 +248,13 @@ def cast(x: Any, dtype: ScalarType, bitcast: bool = False, _sem: Any = None) -> 
 def trans(x: Any, *dims: int, _sem: Any = None) -> Any:
     """Permute dims (`order`); with none given, reverse them (a 2-D transpose)."""
     return _sem.trans(x, dims)
+
+
+@builtin
+def cat(tiles: Any, axis: int = 0, _sem: Any = None) -> Any:
+    """Concatenate a list of tiles of one shape and dtype (a power-of-two count of them) along `axis`. Its inverse
+    is a constant slice, `x[16:32, :]` (power-of-two size, start a multiple of it)."""
+    return _sem.cat(tiles, axis)
 
 
 @builtin

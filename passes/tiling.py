@@ -31,7 +31,10 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    expand_dims takes slice(axis, L) and gives L; trans permutes a blocked layout (free in registers); reshape
    and the a / b operands of dot are free (the codegen moves them through shared memory), except that a reshape
    which only splits dims takes, from its operand's side, the blocked layout keeping every element in its thread
-   (`split_layout`: a register rename) when there is one. From each anchor, in
+   (`split_layout`: a register rename) when there is one. A static slice (extract_slice) takes its source's
+   layout when that makes it a register selection (`subtile_layout`), else its consumers decide and the codegen
+   moves the elements; a concat and its pieces share the result's layout when every piece is then a register
+   selection of the result, else the pieces are free (docs/layouts.md). From each anchor, in
    program order, layouts flood through the ties to every node not yet decided. A reduce reached from its result,
    or an expand_dims reached from its operand, with a layout that is not the matching slice stays undecided: the
    small side does not choose the layout of the big tile (the big tile's own flood decides it, and the conversion
@@ -54,8 +57,8 @@ from dataclasses import dataclass, field
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
 from minitriton.ir.layouts import (WARP_SIZE, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
-                                   is_slice, layouts_equivalent, permute_layout, slice_of, split_layout, thread_map,
-                                   vector_groups)
+                                   is_slice, layouts_equivalent, permute_layout, slice_of, split_layout, subtile_layout,
+                                   thread_map, vector_groups)
 from minitriton.ir.ops import OPS
 from minitriton.ir.types import LayoutAttr, PointerType, TensorType
 
@@ -159,6 +162,14 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
             split = split_layout(hint, op.operands[0].type.shape, op.result.type.shape)
             return None if split is None else ({op.result: split}, {(op, 0): hint})
         return {op.result: hint}, {(op, 0): None}
+    if name == "mt.extract_slice":
+        if hint_def is not None:  # the small side does not choose the source's layout: any source will do
+            return {op.result: hint}, {(op, 0): None}
+        offsets, sizes = op.attrs["offsets"], op.attrs["sizes"]
+        sub = subtile_layout(hint, op.operands[0].type.shape, offsets, sizes)
+        return None if sub is None else ({op.result: sub}, {(op, 0): hint})
+    if name == "mt.concat":
+        return _concat_rule(op, hint_def is not None, hint)
     if name == "mt.descriptor_load":
         return {op.result: hint}, {}
     if name == "mt.descriptor_store":
@@ -168,6 +179,22 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
             return None  # a and b go through shared memory: their layouts say nothing about the result's
         return {op.result: hint}, {(op, 0): None, (op, 1): None, (op, 2): hint}
     raise ValueError(f"tiling: no layout rule for '{name}'")
+
+
+def _concat_rule(op: Operation, from_result: bool, hint: LayoutAttr) -> Config | None:
+    """Concat is a register assembly when every piece, in the result's layout, is a register selection of the
+    result (subtile_layout): then the pieces and the result share that layout. Otherwise a layout given for the
+    result leaves the pieces free (the codegen moves them through shared memory), and one given for a piece
+    decides nothing."""
+    axis, shape = op.attrs["axis"], op.result.type.shape
+    piece = op.operands[0].type.shape
+    offsets = [[i * piece[axis] if d == axis else 0 for d in range(len(shape))] for i in range(len(op.operands))]
+    assembles = all(subtile_layout(hint, shape, off, piece) is not None for off in offsets)
+    if assembles:
+        return {op.result: hint}, {(op, i): hint for i in range(len(op.operands))}
+    if from_result:
+        return {op.result: hint}, {(op, i): None for i in range(len(op.operands))}
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- solver

@@ -77,6 +77,8 @@ def build_all_ops_kernel() -> Module:
     b.create("mt.descriptor_store", [desc, n, pid, box])
     flat = b.create1("mt.reshape", [d], tensor([256], f32))
     b.create1("mt.convert_layout", [flat], tensor([256], f32))
+    rows = b.create1("mt.extract_slice", [a], tensor([8, 64], f32), offsets=[8, 0], sizes=[8, 64])  # static sub-tiles
+    b.create1("mt.concat", [rows, rows], tensor([16, 64], f32), axis=0)
     b.create1("mt.local_alloc", [a], tensor([16, 64], f32).with_encoding(layout("shared", swizzle=128, order=[1, 0])))
     ring = b.create1("mt.alloc_ring", [], tensor([2, 64], f32), stages=2)  # software pipelining (passes/pipeline.py)
     b.create("mt.async_copy", [ring, pid, xs, mask])

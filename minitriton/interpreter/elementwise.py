@@ -201,3 +201,20 @@ ARITH_OPS = sorted(set(FLOAT_BINARY) | set(FLOAT_UNARY) |
 
 BUILDERS: dict[str, Callable[[Operation], Fn]] = {name: build_arith for name in ARITH_OPS}
 BUILDERS.update({"mt.cmp": build_cmp, "mt.select": build_select, "mt.cast": build_cast, "mt.bitcast": build_bitcast})
+
+
+# ------------------------------------------------------------------- static sub-tiles (not elementwise, but pure)
+
+
+def build_extract_slice(op: Operation) -> Fn:
+    """x[offsets[d] : offsets[d] + sizes[d]] along every dim (a copy, as every tile value is)."""
+    index = tuple(slice(o, o + s) for o, s in zip(op.attrs["offsets"], op.attrs["sizes"]))
+    return lambda x: np.ascontiguousarray(x[index])
+
+
+def build_concat(op: Operation) -> Fn:
+    axis = op.attrs["axis"]
+    return lambda *xs: np.concatenate(xs, axis=axis)
+
+
+BUILDERS.update({"mt.extract_slice": build_extract_slice, "mt.concat": build_concat})

@@ -416,6 +416,51 @@ def blocked_equivalent(enc: LayoutAttr, shape: Sequence[int]) -> LayoutAttr | No
     return None
 
 
+def subtile_layout(enc: LayoutAttr, shape: Sequence[int], offsets: Sequence[int],
+                   sizes: Sequence[int]) -> LayoutAttr | None:
+    """The layout of the static sub-tile shape[offsets : offsets + sizes] of a tile laid out as `enc`, when taking
+    it is a register selection: `enc` itself over `sizes` (a blocked layout keeps its parameters; a slice layout
+    its parent's), provided every thread holds each sub-tile element, in every thread the same source register
+    (`subtile_registers`). None otherwise (the elements must then move between threads)."""
+    if not (is_blocked(enc) or (is_slice(enc) and is_blocked(enc.get("parent")))):
+        return None
+    found = _subtile_registers(enc, tuple(shape), tuple(offsets), tuple(sizes))
+    return None if found is None else enc
+
+
+def subtile_registers(enc: LayoutAttr, shape: Sequence[int], offsets: Sequence[int],
+                      sizes: Sequence[int]) -> list[int] | None:
+    """For each register of `enc` over `sizes`, the register of `enc` over `shape` holding the same element (the
+    sub-tile at `offsets`) in every thread; None when some thread does not hold it there."""
+    found = _subtile_registers(enc, tuple(shape), tuple(offsets), tuple(sizes))
+    return None if found is None else list(found)
+
+
+@lru_cache(maxsize=1024)
+def _subtile_registers(enc: LayoutAttr, shape: tuple[int, ...], offsets: tuple[int, ...],
+                       sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    try:
+        src, dst = _thread_map(enc, shape), _thread_map(enc, sizes)
+    except ValueError:
+        return None
+    if src.num_warps != dst.num_warps:
+        return None
+    regs = []
+    holder0 = {src.element(0, r): r for r in range(src.num_regs)}
+    for r in range(dst.num_regs):
+        got = holder0.get(tuple(c + o for c, o in zip(dst.element(0, r), offsets)))
+        if got is None:
+            return None
+        regs.append(got)
+    for tid in range(1, dst.num_threads):
+        sb, db = src.base(tid), dst.base(tid)
+        for r, s in enumerate(regs):
+            want = tuple(b + x + o for b, x, o in zip(db, dst.reg_offsets[r], offsets))
+            if want != tuple(b + x for b, x in zip(sb, src.reg_offsets[s])):
+                return None
+    return tuple(regs)
+
+
 def split_layout(enc: LayoutAttr, src_shape: Sequence[int], dst_shape: Sequence[int]) -> LayoutAttr | None:
     """A blocked layout of `dst_shape` that puts every element of a row-major reshape src_shape -> dst_shape in
     the thread that holds it in `enc` over src_shape (the reshape is then a register rename), or None. Only for

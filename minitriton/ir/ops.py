@@ -212,6 +212,44 @@ def _trans(o: Operation) -> None:
         fail(o, f"bad trans {src} -> {res} with order {order}")
 
 
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+@op("mt.extract_slice", "The sub-tile operand[offsets[0]:offsets[0]+sizes[0], ...] (attrs `offsets`, `sizes`, one "
+    "per dim, compile-time): every size a power of two, every offset a multiple of its size, the slice inside the "
+    "operand; the result's shape is `sizes`.")
+def _extract_slice(o: Operation) -> None:
+    counts(o, 1, 1)
+    offsets = list(attr(o, "offsets", (list, tuple)))  # type: ignore[arg-type]
+    sizes = list(attr(o, "sizes", (list, tuple)))  # type: ignore[arg-type]
+    src, res = o.operands[0].type, o.result.type
+    if not (src.is_tensor and res.is_tensor) or src.scalar != res.scalar or tuple(sizes) != res.shape \
+            or len(offsets) != len(src.shape):
+        fail(o, f"bad extract_slice {src} -> {res} with offsets {offsets}, sizes {sizes}")
+    for off, size, extent in zip(offsets, sizes, src.shape):
+        if not _is_pow2(size) or off % size or not 0 <= off <= extent - size:
+            fail(o, f"extract_slice of {size} elements at {off} from {extent}: sizes must be powers of two, "
+                 "offsets multiples of them, inside the operand")
+
+
+@op("mt.concat", "The operands (tiles of one type, a power-of-two count of them) laid end to end along attr `axis`: "
+    "operand i fills result[..., i*n:(i+1)*n, ...] with n the operands' extent along axis.")
+def _concat(o: Operation) -> None:
+    axis = attr(o, "axis", int)
+    n = len(o.operands)
+    counts(o, n, 1)
+    if not _is_pow2(n) or n < 2:
+        fail(o, f"concat needs a power-of-two count (at least 2) of operands, got {n}")
+    same_types(o, [v.type for v in o.operands])
+    src, res = o.operands[0].type, o.result.type
+    if not (src.is_tensor and res.is_tensor) or not 0 <= axis < len(src.shape) or src.scalar != res.scalar:
+        fail(o, f"bad concat of {src} along {axis} -> {res}")
+    want = tuple(s * n if d == axis else s for d, s in enumerate(src.shape))
+    if want != res.shape:
+        fail(o, f"concat of {n} x {src} along {axis} gives shape {want}, not {res.shape}")
+
+
 @op("mt.convert_layout", "The same tile in another layout encoding (inserted by the tiling pass; the values do not "
     "change, only which thread holds which element).")
 def _convert_layout(o: Operation) -> None:
