@@ -156,9 +156,24 @@ def split_target(target: str) -> tuple[Path, str | None]:
     return path, kernel_name
 
 
+def package_of(resolved: Path) -> tuple[Path, str] | None:
+    """(the folder holding the top package, the dotted module name) when the file lies in a package (its folder
+    has an __init__.py), so that its relative imports work; None for a lone script."""
+    parts = [resolved.stem]
+    folder = resolved.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return (folder, ".".join(parts)) if len(parts) > 1 else None
+
+
 def import_file(path: Path) -> Any:
-    """Import a Python file as a fresh module (its folder first on sys.path, for its sibling imports)."""
+    """Import a Python file: as a module of its package when it is in one (relative imports work), else as a
+    fresh module with its folder first on sys.path (for its sibling imports)."""
     resolved = path.resolve()
+    package = package_of(resolved)
+    if package is not None:
+        return _import_in_package(path, *package)
     name = f"_minitriton_cli_{resolved.stem}_{abs(hash(str(resolved))):x}"
     spec = importlib.util.spec_from_file_location(name, resolved)
     if spec is None or spec.loader is None:
@@ -175,6 +190,18 @@ def import_file(path: Path) -> Any:
     finally:
         sys.path.remove(str(resolved.parent))
     return module
+
+
+def _import_in_package(path: Path, root: Path, dotted: str) -> Any:
+    sys.path.insert(0, str(root))
+    try:
+        return importlib.import_module(dotted)
+    except user_errors():
+        raise
+    except Exception as e:  # the user's module failed to import: say so in one line
+        raise CLIError(f"importing {path} (as {dotted}) failed: {type(e).__name__}: {e}") from None
+    finally:
+        sys.path.remove(str(root))
 
 
 def kernels_in(module: Any) -> dict[str, Any]:

@@ -215,6 +215,23 @@ def test_compile_file_without_specializations(tmp_path: Path, capsys: pytest.Cap
     assert_error(run_cli(capsys, "compile", f"{path}:k"), "kernel 'k' declares no specializations; pass --signature")
 
 
+@needs_pipeline
+def test_compile_file_in_a_package_with_relative_imports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A kernel file inside a package (like kernels_src/warp_decode.py, which imports .mxfp4) is imported as a
+    module of that package, so its relative imports resolve."""
+    pkg = tmp_path / "mykernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "consts.py").write_text("BLOCK = 128\n")
+    (pkg / "scale.py").write_text(
+        "import minitriton as mt\nfrom .consts import BLOCK\n\n@mt.kernel\ndef scale(x, B: mt.constexpr):\n"
+        "    offs = mt.arange(0, B)\n    mt.store(x + offs, mt.load(x + offs) * 2.0)\n\n"
+        "scale.specialize(signature='x:*fp32:16', B=BLOCK)\n")
+    code, out, err = run_cli(capsys, "compile", str(pkg / "scale.py"), "--emit", "ir", "-o", str(tmp_path / "o"))
+    assert code == 0, err
+    assert [p.name for p in (tmp_path / "o").glob("*.json")] == ["scale.json"]
+
+
 def test_compile_file_that_fails_to_import(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "broken.py"
     path.write_text("import minitriton as mt\nraise RuntimeError('boom at import')\n")
