@@ -28,39 +28,13 @@ from functools import lru_cache
 from typing import Callable, Sequence
 
 from minitriton.ir import Operation
-from minitriton.ir.layouts import ThreadMap, layouts_equivalent, linear_index, row_major_strides
+from minitriton.ir.layouts import (ThreadMap, identity, layouts_equivalent, linear_index, register_permutation,
+                                   row_major_strides)
 
 from .context import KernelContext
 from .registers import CLASS_BYTES, reg_class
 
 Coord = tuple[int, ...]
-
-
-def register_permutation(src: ThreadMap, dst: ThreadMap, index: Callable[[Coord], Coord]) -> list[int] | None:
-    """For each dst register, the src register holding element index(dst element) in every thread; None when some
-    thread does not hold it (the elements must then move between threads)."""
-    if src.num_warps != dst.num_warps:
-        return None
-    if index is identity and src == dst:
-        return list(range(dst.num_regs))
-    perm = []
-    holder0 = {src.element(0, r): r for r in range(src.num_regs)}
-    for r in range(dst.num_regs):
-        got = holder0.get(index(dst.element(0, r)))
-        if got is None:
-            return None
-        perm.append(got)
-    for tid in range(1, dst.num_threads):
-        sb, db = src.base(tid), dst.base(tid)
-        for r, s in enumerate(perm):
-            want = index(tuple(b + o for b, o in zip(db, dst.reg_offsets[r])))
-            if want != tuple(b + o for b, o in zip(sb, src.reg_offsets[s])):
-                return None
-    return perm
-
-
-def identity(c: Coord) -> Coord:
-    return c
 
 
 def elem_bytes_of(cls: str) -> int:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .types import LayoutAttr, layout
 
@@ -443,22 +443,38 @@ def _subtile_registers(enc: LayoutAttr, shape: tuple[int, ...], offsets: tuple[i
         src, dst = _thread_map(enc, shape), _thread_map(enc, sizes)
     except ValueError:
         return None
+    found = register_permutation(src, dst, lambda c: tuple(x + o for x, o in zip(c, offsets)))
+    return None if found is None else tuple(found)
+
+
+Coord = tuple[int, ...]
+
+
+def register_permutation(src: ThreadMap, dst: ThreadMap, index: Callable[[Coord], Coord]) -> list[int] | None:
+    """For each dst register, the src register holding element index(dst element) in every thread; None when some
+    thread does not hold it (the elements must then move between threads)."""
     if src.num_warps != dst.num_warps:
         return None
-    regs = []
+    if index is identity and src == dst:
+        return list(range(dst.num_regs))
+    perm = []
     holder0 = {src.element(0, r): r for r in range(src.num_regs)}
     for r in range(dst.num_regs):
-        got = holder0.get(tuple(c + o for c, o in zip(dst.element(0, r), offsets)))
+        got = holder0.get(index(dst.element(0, r)))
         if got is None:
             return None
-        regs.append(got)
+        perm.append(got)
     for tid in range(1, dst.num_threads):
         sb, db = src.base(tid), dst.base(tid)
-        for r, s in enumerate(regs):
-            want = tuple(b + x + o for b, x, o in zip(db, dst.reg_offsets[r], offsets))
-            if want != tuple(b + x for b, x in zip(sb, src.reg_offsets[s])):
+        for r, s in enumerate(perm):
+            want = index(tuple(b + o for b, o in zip(db, dst.reg_offsets[r])))
+            if want != tuple(b + o for b, o in zip(sb, src.reg_offsets[s])):
                 return None
-    return tuple(regs)
+    return perm
+
+
+def identity(c: Coord) -> Coord:
+    return c
 
 
 def split_layout(enc: LayoutAttr, src_shape: Sequence[int], dst_shape: Sequence[int]) -> LayoutAttr | None:
