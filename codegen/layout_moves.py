@@ -152,16 +152,26 @@ def share_from_owners(ctx: KernelContext, regs: list[str], tmap: ThreadMap | Non
 # ------------------------------------------------------------------------------------------- lowerings
 
 
+def bind_renamed(ctx: KernelContext, op: Operation, index: Callable[[Coord], Coord]) -> bool:
+    """Bind op's result to its operand's registers, renamed, when every thread already holds the elements it needs
+    (result element e is operand element index(e)); False when elements must move between threads."""
+    src_v, dst_v = op.operands[0], op.result
+    perm = register_permutation(ctx.tmap(src_v), ctx.tmap(dst_v), index)
+    if perm is None:
+        return False
+    regs = ctx.get(src_v)
+    ctx.bind(dst_v, [regs[s] for s in perm])
+    return True
+
+
 def move(ctx: KernelContext, op: Operation, index: Callable[[Coord], Coord], src_strides: Sequence[int],
          dst_strides: Sequence[int], read_offset: int = 0) -> None:
     """Bind the result of an element-moving op: register renaming when possible, else through shared memory."""
+    if bind_renamed(ctx, op, index):
+        return
     src_v, dst_v = op.operands[0], op.result
     src, dst = ctx.tmap(src_v), ctx.tmap(dst_v)
     regs = ctx.get(src_v)
-    perm = register_permutation(src, dst, index)
-    if perm is not None:
-        ctx.bind(dst_v, [regs[s] for s in perm])
-        return
     numel = 1
     for s in src.shape:
         numel *= s

@@ -42,7 +42,7 @@ from minitriton.ir.mma_layouts import warps_of
 from minitriton.ir.types import ScalarType
 
 from .context import KernelContext
-from .layout_moves import identity, pack, register_permutation
+from .layout_moves import bind_renamed, identity, pack
 
 PAD_BYTES = 16  # padding per shared-memory row of a staged operand
 
@@ -131,13 +131,11 @@ def c_registers(tmap: ThreadMap, wm: int, wn: int, rep_m: int, rep_n: int) -> li
 
 def lower_to_dot_operand(ctx: KernelContext, op: Operation) -> None:
     """mt.convert_layout into `#mt.dot_op`: renaming registers when possible, else shared memory + ldmatrix."""
+    if bind_renamed(ctx, op, identity):
+        return
     src_v, dst_v = op.operands[0], op.result
     src, dst = ctx.tmap(src_v), ctx.tmap(dst_v)
     regs = ctx.get(src_v)
-    perm = register_permutation(src, dst, identity)
-    if perm is not None:
-        ctx.bind(dst_v, [regs[s] for s in perm])
-        return
     enc = dst_v.type.encoding
     op_idx, k_width = enc.get("opIdx"), enc.get("kWidth")
     t: ScalarType = src_v.type.scalar  # type: ignore[assignment]

@@ -69,13 +69,17 @@ matmul_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
 matmul_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, HAS_BIAS=True, ACTIVATION="gelu")
 
 
+def problem_size(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """(M, N, K) of a (M, K) @ (K, N) product; ValueError for operands that do not multiply."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul needs (M, K) @ (K, N), got {tuple(a.shape)} and {tuple(b.shape)}")
+    return a.shape[0], b.shape[1], a.shape[1]
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
            block: tuple[int, int, int] = (64, 64, 32)) -> torch.Tensor:
     """act(a @ b + bias) in a's dtype, accumulated in fp32."""
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul needs (M, K) @ (K, N), got {tuple(a.shape)} and {tuple(b.shape)}")
-    M, K = a.shape
-    N = b.shape[1]
+    M, N, K = problem_size(a, b)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     bm, bn, bk = block
     grid = (mt.cdiv(M, bm), mt.cdiv(N, bn))
@@ -115,10 +119,7 @@ def _matmul_grid(meta: dict) -> tuple[int, int]:
 
 def matmul_autotuned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b in a's dtype (fp32 accumulation) with the tile sizes tuned per (M, N, K) over MATMUL_CONFIGS."""
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul needs (M, K) @ (K, N), got {tuple(a.shape)} and {tuple(b.shape)}")
-    M, K = a.shape
-    N = b.shape[1]
+    M, N, K = problem_size(a, b)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     matmul_kernel_autotuned[_matmul_grid](a, b, c, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                           c.stride(0), c.stride(1))

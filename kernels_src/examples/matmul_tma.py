@@ -11,7 +11,7 @@ import torch
 
 import minitriton as mt
 
-from minitriton.kernels.examples.matmul import reference, store_epilogue  # noqa: F401  (reference: as matmul.py)
+from minitriton.kernels.examples.matmul import problem_size, reference, store_epilogue  # noqa: F401  (reference: as matmul.py)
 
 
 @mt.kernel
@@ -41,10 +41,7 @@ matmul_tma_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64,
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
            block: tuple[int, int, int] = (64, 64, 64)) -> torch.Tensor:
     """act(a @ b + bias) in a's dtype, accumulated in fp32; a and b must suit TMA (16-byte aligned rows)."""
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul needs (M, K) @ (K, N), got {tuple(a.shape)} and {tuple(b.shape)}")
-    M, K = a.shape
-    N = b.shape[1]
+    M, N, K = problem_size(a, b)
     bm, bn, bk = block
     a_desc = mt.TensorDescriptor.from_tensor(a, [bm, bk])
     b_desc = mt.TensorDescriptor.from_tensor(b, [bk, bn])
