@@ -362,6 +362,10 @@ _F64_UNARY = {"mt.neg", "mt.abs", "mt.floor", "mt.ceil", "mt.sqrt", "mt.rsqrt"}
 
 def fma(ctx: KernelContext, op: Operation, ins: list[str]) -> str:
     t = op.result.type.scalar
+    if is_half(t):  # native fused f16 / bf16: going through f32 would round twice (exact -> f32 -> f16)
+        d = ctx.new("b16")
+        ctx.emit(f"fma.rn.{half_name(t)} {d}, {ins[0]}, {ins[1]}, {ins[2]};")  # type: ignore[arg-type]
+        return d
     sfx = float_suffix(t)  # type: ignore[arg-type]
     a, b, c = (upcast(ctx, x, t) for x in ins)
     d = ctx.new(sfx)

@@ -27,7 +27,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from minitriton.ir.numeric import bf16_round
+from minitriton.ir.numeric import bf16_round, round_exact
+from minitriton.ir.types import SCALAR_TYPES
 
 
 class SimError(AssertionError):
@@ -733,13 +734,15 @@ class CTA:
 
     def op_fma(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         t = mods[-1]
-        a, b, c = (self.get(x, t).astype(np.float64) for x in ops[1:])
-        with np.errstate(all="ignore"):
-            if t == "f32":  # the f64 product of two f32 is exact: one rounding of the sum to f64, one to f32
-                r = a * b + c
-            else:
-                r = np.array([_exact_fma(x, y, z) for x, y, z in zip(a, b, c)])
-        self.set(ops[0], r.astype(_dtype(t)), t, mask)
+        if t == "bf16":
+            a, b, c = (_to_float32(self.get(x, "b16")).astype(np.float64) for x in ops[1:])
+        else:
+            a, b, c = (self.get(x, t).astype(np.float64) for x in ops[1:])
+        r = np.array([_exact_fma(x, y, z, t) for x, y, z in zip(a, b, c)])
+        if t == "bf16":
+            self.set(ops[0], (r.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16), "b16", mask)
+        else:
+            self.set(ops[0], r.astype(_dtype(t)), t, mask)
 
     def _unary_float(self, ops: list[str], t: str, fn: Any, mask: np.ndarray) -> None:
         with np.errstate(all="ignore"):
@@ -788,12 +791,13 @@ class CTA:
         self.set(ops[0], _convert(x, st, dt, rnd), _store_type(dt), mask)
 
 
-def _exact_fma(x: float, y: float, z: float) -> float:
-    """x * y + z with one rounding (exact rational arithmetic; IEEE results for the special values)."""
-    if not all(math.isfinite(v) for v in (x, y, z)):
-        return x * y + z
+def _exact_fma(x: float, y: float, z: float, t: str) -> float:
+    """x * y + z rounded once to float type t (exact rational arithmetic; IEEE results for the special values)."""
+    with np.errstate(all="ignore"):
+        if not all(math.isfinite(v) for v in (x, y, z)):
+            return x * y + z
     exact = Fraction(x) * Fraction(y) + Fraction(z)
-    return float(exact) if exact != 0 else (x * y + z)
+    return round_exact(exact, SCALAR_TYPES[t]) if exact != 0 else (x * y + z)
 
 
 def _store_type(t: str) -> str:

@@ -4,9 +4,10 @@ Floats: f32 and f64 compute in their own type with numpy's float32/float64 routi
 and round the result back (ops.py's rule). Transcendentals are numpy's (erf: torch's), correctly rounded or
 within a few ulp, so they are *more* accurate than the GPU's approximate instructions (ex2.approx, lg2.approx,
 sin/cos.approx, rsqrt.approx: about 2 ulp, sin/cos absolute error about 1e-6 on [-pi, pi]); compare GPU results
-with relative bounds around 1e-5 for f32 transcendentals. fma on f32/f16/bf16 is exact product + one rounding of
-the sum in f64, then a rounding to the type (a double rounding that can differ from a true fused multiply-add in
-rare ties); on f64 it is a*b + c with two roundings.
+with relative bounds around 1e-5 for f32 transcendentals. fma on f32/f16/bf16 is exact: the product is exact in f64,
+the sum is rounded to odd in f64 (TwoSum gives its error; an inexact sum gets its last bit set), and one rounding
+to the type follows, which equals a single rounding of a*b + c because f64 keeps more than 2 extra bits (a plain f64
+sum then a second rounding differed from fma.rn.f16 in rare ties). On f64 it is a*b + c with two roundings.
 
 Integers wrap (two's complement). div truncates toward zero and rem takes the dividend's sign (C); x / 0 and
 x % 0 are undefined in ops.py and give 0 here. shl by the bit width or more gives 0; shr by the width or more
@@ -67,7 +68,18 @@ def _fma(s: ScalarType) -> Fn:
     if s.name == "f64":
         return lambda a, b, c: a * b + c
     to_type: Fn = f64_to_bf16 if s.name == "bf16" else (lambda x: x.astype(s.numpy_name))
-    return lambda a, b, c: to_type(a.astype(F64) * b.astype(F64) + c.astype(F64))
+    return lambda a, b, c: to_type(_sum_rounded_to_odd(a.astype(F64) * b.astype(F64), c.astype(F64)))
+
+
+def _sum_rounded_to_odd(p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """p + c in f64 rounded to odd, so that rounding it again to a narrower float is a single correct rounding."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c
+        back = s - p
+        err = (p - (s - back)) + (c - back)  # TwoSum: s + err == p + c exactly (finite s)
+        even = (np.asarray(s).view(np.int64) & 1) == 0
+        nudge = np.isfinite(s) & (err != 0) & even
+        return np.where(nudge, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
 
 
 # ---------------------------------------------------------------------------------------------- integers
