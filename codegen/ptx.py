@@ -291,11 +291,15 @@ def lower_return(ctx: KernelContext, op: Operation) -> None:
     ctx.emit("ret;")
 
 
+def lower_barrier(ctx: KernelContext, op: Operation) -> None:
+    ctx.barrier()  # bar.sync orders the program's global and shared memory accesses around it
+
+
 LOWERINGS: dict[str, Lowering] = {
     "scf.for": lower_for, "scf.if": lower_if, "scf.while": lower_while,
     "mt.constant": lower_constant, "mt.program_id": lower_special("%ctaid"),
     "mt.num_programs": lower_special("%nctaid"), "mt.arange": lower_arange, "mt.addptr": lower_addptr,
-    "mt.return": lower_return,
+    "mt.return": lower_return, "mt.barrier": lower_barrier,
     "mt.load": memory.lower_load, "mt.store": memory.lower_store, "mt.atomic_add": memory.lower_atomic_add,
     "mt.splat": layout_moves.lower_splat, "mt.broadcast": layout_moves.lower_broadcast,
     "mt.expand_dims": layout_moves.lower_expand_dims, "mt.convert_layout": layout_moves.lower_convert_layout,

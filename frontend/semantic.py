@@ -522,6 +522,9 @@ class Semantic:
             operands = self.broadcast_all(p, v)
         self.b.create("mt.store", [o.handle for o in operands])
 
+    def barrier(self) -> None:
+        self.b.create("mt.barrier", [])
+
     def atomic_add(self, pointer: Any, value: Any, mask: Any) -> TileValue:
         p = self.pointer_operand(pointer, "atomic_add")
         v = self.cast(value, p.dtype.pointee)  # type: ignore[union-attr]

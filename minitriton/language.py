@@ -20,7 +20,7 @@ from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, in
 __all__ = [
     "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
-    "store", "atomic_add", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log",
+    "store", "atomic_add", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log",
     "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin", "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum",
     "fma", "cdiv", "cast", "trans", "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
 ]
@@ -276,6 +276,15 @@ def expand_dims(x: Any, axis: int, _sem: Any = None) -> Any:
 
 
 # -------------------------------------------------------------------------------------- compile time
+
+
+@builtin
+def barrier(_sem: Any = None) -> None:
+    """Wait until every thread of the program reaches this point; memory writes made before it (global and shared)
+    are visible to every thread of the program after it. Needed when threads read what other threads of the same
+    program wrote through pointers (e.g. a scratch buffer, or an in-place update read back in another layout):
+    tile operations on values never need it."""
+    return _sem.barrier()
 
 
 class static_range:

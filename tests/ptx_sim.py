@@ -152,12 +152,18 @@ def parse(ptx: str, name: str) -> Kernel:
 
 
 class GlobalMemory:
-    """Tensors at fake, well-aligned addresses; every access is bounds- and alignment-checked."""
+    """Tensors at fake, well-aligned addresses; every access is bounds- and alignment-checked.
+
+    A race detector for one CTA: which thread wrote each byte since the last bar.sync (or the CTA's start). A thread
+    that reads a byte another thread wrote in that window reads it without ordering (the kernel needs a barrier,
+    mt.barrier() in the DSL). Accesses passed without `tids` (atomics, the async copy units) are not tracked."""
 
     def __init__(self) -> None:
         self.bases: list[int] = []
         self.buffers: list[np.ndarray] = []
         self.next = 1 << 32
+        self.writers: dict[int, np.ndarray] = {}  # buffer -> writing thread per byte (-1: none since the barrier)
+        self.touched: list[tuple[int, np.ndarray]] = []
 
     def add(self, data: np.ndarray) -> int:
         base = self.next
@@ -165,6 +171,12 @@ class GlobalMemory:
         self.buffers.append(data)
         self.next += ((data.nbytes + 4095) // 4096 + 1) * 4096
         return base
+
+    def barrier(self) -> None:
+        """Every write so far is ordered before every later read (bar.sync, or a new CTA)."""
+        for w, idx in self.touched:
+            self.writers[w][idx] = -1
+        self.touched.clear()
 
     def locate(self, addrs: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
         """(buffer index, byte offset) of each access of `size` bytes; raises on a bad one."""
@@ -181,20 +193,38 @@ class GlobalMemory:
             raise SimError(f"global access of {size} bytes at {bad:#x} is outside every tensor")
         return which, offs
 
-    def read(self, addrs: np.ndarray, size: int) -> np.ndarray:
+    def read(self, addrs: np.ndarray, size: int, tids: np.ndarray | None = None) -> np.ndarray:
         which, offs = self.locate(addrs, size)
         out = np.zeros((len(addrs), size), dtype=np.uint8)
         for w in np.unique(which):
             sel = which == w
-            out[sel] = self.buffers[w][offs[sel, None] + np.arange(size)]
+            idx = offs[sel, None] + np.arange(size)
+            if tids is not None and w in self.writers:
+                self._check_ordered(self.writers[w][idx], tids[sel, None], int(self.bases[w]) + idx)
+            out[sel] = self.buffers[w][idx]
         return out
 
-    def write(self, addrs: np.ndarray, raw: np.ndarray) -> None:
+    def write(self, addrs: np.ndarray, raw: np.ndarray, tids: np.ndarray | None = None) -> None:
         size = raw.shape[1]
         which, offs = self.locate(addrs, size)
         for w in np.unique(which):
             sel = which == w
-            self.buffers[w][offs[sel, None] + np.arange(size)] = raw[sel]
+            idx = offs[sel, None] + np.arange(size)
+            self.buffers[w][idx] = raw[sel]
+            if tids is not None:
+                if w not in self.writers:
+                    self.writers[w] = np.full(self.buffers[w].nbytes, -1, dtype=np.int64)
+                self.writers[w][idx] = np.broadcast_to(tids[sel, None], idx.shape)
+                self.touched.append((w, idx.ravel()))
+
+    @staticmethod
+    def _check_ordered(writer: np.ndarray, reader: np.ndarray, addr: np.ndarray) -> None:
+        bad = (writer != -1) & (writer != reader)
+        if np.any(bad):
+            k = tuple(np.argwhere(bad)[0])
+            raise SimError(f"global-memory race: thread {int(np.broadcast_to(reader, bad.shape)[k])} reads byte "
+                           f"{int(addr[k]):#x} written by thread {int(writer[k])} of this CTA since the last "
+                           "bar.sync (a barrier, mt.barrier(), must order them)")
 
 
 class SharedMemory:
@@ -439,7 +469,7 @@ class CTA:
         if space == "shared":
             raw = self.smem.read(tids, addrs, vec * size)
         else:
-            raw = self.gmem.read(addrs, vec * size)
+            raw = self.gmem.read(addrs, vec * size, tids)
         for k, d in enumerate(dsts):
             vals = np.zeros(self.n, dtype=_UINT[8 * size])
             vals[tids] = np.ascontiguousarray(raw[:, k * size:(k + 1) * size]).view(_UINT[8 * size]).ravel()
@@ -458,7 +488,7 @@ class CTA:
             if self.tc is not None:
                 self.tc.note_shared_write(tids, addrs, raw.shape[1])
         else:
-            self.gmem.write(addrs, raw)
+            self.gmem.write(addrs, raw, tids)
 
     def op_atom(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         t = mods[-1]
@@ -523,6 +553,7 @@ class CTA:
         if not np.all(mask):
             raise SimError("bar.sync not reached by every thread")
         self.smem.barrier()
+        self.gmem.barrier()
         if self.cp_async is not None:
             self.cp_async.barrier()
 
@@ -923,6 +954,7 @@ def run_ptx(ptx: str, name: str, grid: Sequence[int] | int, args: Sequence[Any],
     for z in range(grid[2]):
         for y in range(grid[1]):
             for x in range(grid[0]):
+                gmem.barrier()  # CTAs run one after another here: a later CTA sees every earlier write
                 CTA(kernel, num_threads, (x, y, z), grid, params, gmem).run()  # type: ignore[arg-type]
     for tensor, raw in arrays:
         raw_t = torch.from_numpy(raw.view(np.uint8).copy())

@@ -1,6 +1,7 @@
 """Ops that need the running program: program_id, num_programs, addptr (pure, but about memory), load, store,
-atomic_add. Each builder returns a *step* `step(env, ctx)` reading operand slots of `env` and writing result
-slots; `ctx` is the program's Context (program.py) holding its ids, the grid and the Memory."""
+atomic_add, barrier (a no-op: a program's ops run one at a time, each whole, so every write is already visible).
+Each builder returns a *step* `step(env, ctx)` reading operand slots of `env` and writing result slots; `ctx` is
+the program's Context (program.py) holding its ids, the grid and the Memory."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -106,7 +107,11 @@ def build_atomic_add(op: Operation, use: SlotOf, define: SlotOf) -> Step:
     return atomic_add
 
 
+def build_barrier(op: Operation, use: SlotOf, define: SlotOf) -> Step:
+    return lambda env, ctx: None
+
+
 STEP_BUILDERS: dict[str, Callable[[Operation, SlotOf, SlotOf], Step]] = {
     "mt.program_id": build_program_id, "mt.num_programs": build_num_programs, "mt.load": build_load,
-    "mt.store": build_store, "mt.atomic_add": build_atomic_add,
+    "mt.store": build_store, "mt.atomic_add": build_atomic_add, "mt.barrier": build_barrier,
 }

@@ -403,6 +403,12 @@ def _store(o: Operation) -> None:
         fail(o, f"mask must be {with_scalar(p, i1)}")
 
 
+@op("mt.barrier", "Every thread of the program waits here; global and shared memory writes issued before it are "
+    "visible to all of the program's threads after it (bar.sync with its memory ordering).", pure=False)
+def _barrier(o: Operation) -> None:
+    counts(o, 0, 0)
+
+
 @op("mt.atomic_add", "Atomically adds `value` at ptr and returns the old values; (ptr, value[, mask]).", pure=False)
 def _atomic_add(o: Operation) -> None:
     counts(o, (2, 3), 1)
