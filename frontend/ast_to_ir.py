@@ -22,6 +22,7 @@ from minitriton.errors import CompilationError
 from minitriton.ir import Block, Builder, Location, Module, Operation, Region, function_body, make_function
 from minitriton.ir.types import PointerType, ScalarType, TensorDescType, Type, i1, i32, i64
 
+from .early_return import fold_early_returns
 from .semantic import Number, Semantic, TileValue, describe, promote_scalars, python_constant_type, weak_type
 from .source import FunctionSource, InlineFunction, function_source
 
@@ -123,7 +124,7 @@ class KernelCompiler:
         self.builder.block = entry
         self.frames.append(Frame(src, scope, 0))
         try:
-            self.visit_body(fdef.body)
+            self.visit_body(fold_early_returns(fdef.body))
         except _Return:
             pass
         self.builder.loc = src.loc(fdef)
@@ -273,8 +274,10 @@ class KernelCompiler:
 
     def stmt_Return(self, node: ast.Return) -> None:
         if self.region_depth != self.frame.region_depth:
-            raise CompilationError("'return' inside a runtime if/for/while is not supported; "
-                                   "compute the value with mt.where or restructure the loop")
+            raise CompilationError("'return' inside a runtime for/while loop, a value returned from inside a runtime "
+                                   "if, or a return before the end of an if branch, is not supported; compute the "
+                                   "value with mt.where or restructure the loop (a bare 'return' ending an if branch "
+                                   "is fine)")
         raise _Return(self.expr(node.value) if node.value is not None else None)
 
     def stmt_If(self, node: ast.If) -> None:
@@ -868,7 +871,7 @@ class KernelCompiler:
                     bound[p] = self.expr(defaults[p])
             self.frame.scope.update(bound)
             try:
-                self.visit_body(fdef.body)
+                self.visit_body(fold_early_returns(fdef.body))
             except _Return as r:
                 return r.value
             return None

@@ -38,7 +38,7 @@ CASES = {
     "bad_cast_target": ("expected a dtype", {}),
     "bitcast_width": ("bitcast needs equal bit widths", {}),
     "load_non_pointer": ("load needs a pointer", {}),
-    "return_in_runtime_branch": ("'return' inside a runtime if/for/while is not supported", {}),
+    "return_in_runtime_loop": ("'return' inside a runtime for/while loop", {}),
     "float_shift": ("'<<' needs integer operands", {}),
     "used_after_loop": ("'tmp' is only defined inside a loop or branch", {}),
     "static_assert_fails": ("static_assert failed: BLOCK must be a multiple of 16", {"BLOCK": 24}),

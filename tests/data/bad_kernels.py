@@ -117,9 +117,10 @@ def load_non_pointer(x_ptr, n):
     y = mt.load(n)  # ERR
 
 
-def return_in_runtime_branch(x_ptr, n):
-    if n > 0:
-        return  # ERR
+def return_in_runtime_loop(x_ptr, n):
+    for i in range(n):
+        if i > 2:
+            return  # ERR
 
 
 def float_shift(x_ptr):
