@@ -143,20 +143,21 @@ def where(condition: Any, x: Any, y: Any, _sem: Any = None) -> Any:
 
 
 @builtin
-def sum(x: Any, axis: int | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
-    """Sum over `axis` (all axes when None). f16/bf16 accumulate and return f32; ints narrower than 32 bits, i32."""
+def sum(x: Any, axis: int | tuple[int, ...] | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
+    """Sum over `axis` (a tuple: those axes; None: all). f16/bf16 accumulate and return f32; ints narrower than
+    32 bits, i32."""
     return _sem.reduce(x, axis, "sum", keep_dims)
 
 
 @builtin
-def max(x: Any, axis: int | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
-    """Maximum over `axis` (all axes when None)."""
+def max(x: Any, axis: int | tuple[int, ...] | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
+    """Maximum over `axis` (a tuple: those axes; None: all)."""
     return _sem.reduce(x, axis, "max", keep_dims)
 
 
 @builtin
-def min(x: Any, axis: int | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
-    """Minimum over `axis` (all axes when None)."""
+def min(x: Any, axis: int | tuple[int, ...] | None = None, keep_dims: bool = False, _sem: Any = None) -> Any:  # noqa: A001
+    """Minimum over `axis` (a tuple: those axes; None: all)."""
     return _sem.reduce(x, axis, "min", keep_dims)
 
 
