@@ -71,3 +71,15 @@ def test_simulator_flags_the_missing_barrier() -> None:
 def test_barrier_outside_a_kernel_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="mt.barrier can only be called inside"):
         mt.barrier()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the H200)")
+@pytest.mark.parametrize("n", [256, 1024])
+def test_gpu_barrier_orders_the_scratch(n: int) -> None:
+    x = torch.randn(n, device="cuda")
+    scratch, out = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+    for _ in range(20):  # a missing barrier would show as a stale NaN now and then
+        scratch.fill_(float("nan"))
+        shift_through_memory[(1,)](x, scratch, out, N=n, BARRIER=True, num_warps=4)
+        torch.testing.assert_close(out.cpu(), expected(x.cpu()), rtol=0, atol=0)

@@ -119,3 +119,14 @@ def test_return_in_a_runtime_loop_is_an_error_at_its_line() -> None:
     with pytest.raises(CompilationError, match="inside a runtime for/while loop") as e:
         dsl(return_in_loop, {"x_ptr": F32_PTR, "n": SCALAR_TYPES["i32"]})()
     assert "test_early_return.py" in str(e.value) and "return" in str(e.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the H200)")
+@pytest.mark.parametrize("helper", [False, True])
+def test_gpu_matches_the_reference(helper: bool) -> None:
+    x, idx, out = problem()
+    want = expected(x, idx, out, helper=helper)
+    x, idx, out = x.cuda(), idx.cuda(), out.cuda()
+    gather_rows[(len(idx),)](x, idx, out, N=32, HELPER=helper)
+    torch.testing.assert_close(out.cpu(), want, rtol=0, atol=0, equal_nan=True)
