@@ -90,6 +90,7 @@ def build_all_ops_kernel() -> Module:
     total = b.create1("mt.reduce", [flat], f32, axis=0, kind="sum")
     b.create1("mt.scan", [xv], t64, axis=0, kind="max")
     b.create("mt.store", [ys, sel, mask])
+    b.create("mt.barrier", [])
     b.create("mt.atomic_add", [xs, xv, mask], [t64])
 
     _build_control_flow(b, pid, n, total, xv, true, consts[3])
