@@ -2,7 +2,7 @@
 
     python benchmarks/bench_flash_kda.py [--shapes 1x32768x96,8x4096x32] [--state-precision tf32|bf16]
                                          [--context-parallel auto|on|off] [--recurrence-warps 4|8]
-                                         [--intra-variant chunk64|sub16] [--no-save]
+                                         [--intra-variant sliced|chunk64|sub16] [--no-save]
 
 Rows, per shape B x T x H (K = V = 128, bf16 q/k/v/g, raw beta logits, no initial state, fp32 final state):
   ours   chunk_kda(...) with the default (automatic) context-parallel choice
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--context-parallel", default="auto", choices=("auto", "on", "off"))
     ap.add_argument("--recurrence-warps", type=int, choices=(4, 8),
                     help="override flash_kda.RECURRENCE_WARPS (default: chosen per launch)")
-    ap.add_argument("--intra-variant", choices=("chunk64", "sub16"), help="override flash_kda.INTRA_VARIANT")
+    ap.add_argument("--intra-variant", choices=("sliced", "chunk64", "sub16"), help="override flash_kda.INTRA_VARIANT")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]

@@ -32,7 +32,9 @@ tf32 (f32 operands, input_precision "tf32", kWidth 1): `mma.sync.aligned.m16n8k8
 (a0..a3 at (g + 8 * (j & 1), t + 4 * (j >> 1))), B 8 x 8 (b0, b1 at (t + 4 * j, g)); the operands are staged
 K-contiguous (ldmatrix transposes 16-bit elements only; a b16 8 x 8 matrix is 8 rows of 4 f32, so lane l still
 receives row l / 4, f32 column l % 4) and each element is rounded with `cvt.rna.tf32.f32` (as the interpreter
-rounds) before the mma.
+rounds) before the mma: once per element by its owner before it is staged (a replicated operand, e.g. A of a
+[16, K] dot on warps [1, 8], is loaded by every warp but rounded once), or per fragment when the operand needed no
+shared memory (a register renaming).
 """
 from __future__ import annotations
 
@@ -144,6 +146,8 @@ def lower_to_dot_operand(ctx: KernelContext, op: Operation) -> None:
     k_dim = 1 if op_idx == 0 else 0
     # ldmatrix transposes 16-bit elements only: tf32 operands are always stored K-contiguous
     contiguous = staging_dim(src, k_dim, t.bytes) if k_width == 2 else k_dim
+    if k_width == 1:  # round each element to tf32 once, as its owner stages it, not in every warp that loads it
+        regs = [_round_tf32(ctx, r) for r in regs]
     pitch = stage_padded(ctx, regs, src, contiguous, t.bytes)
     trans = contiguous != k_dim
     load = _ldmatrix_a if op_idx == 0 else _ldmatrix_b
@@ -214,12 +218,21 @@ def _guard(pred: str | None) -> str:
     return f"@{pred} " if pred else ""
 
 
+def _round_tf32(ctx: KernelContext, r: str) -> str:
+    """`r` rounded to tf32 (cvt.rna: nearest, ties away, as the interpreter rounds), in a b32 register that
+    `_words_tf32` then passes to the mma as is."""
+    w = ctx.new("b32")
+    ctx.emit(f"cvt.rna.tf32.f32 {w}, {r};")
+    ctx._cache[("tf32_word", w)] = w
+    return w
+
+
 def _unpack(ctx: KernelContext, r: str, k_width: int) -> list[str]:
-    """The elements an ldmatrix register holds: two 16-bit halves (kWidth 2) or one f32 (tf32)."""
+    """The elements an ldmatrix register holds: two 16-bit halves (kWidth 2) or one tf32 word (kWidth 1: staged
+    already rounded by lower_to_dot_operand, so the mma takes the register as it is)."""
     if k_width == 1:
-        f = ctx.new("f32")
-        ctx.emit(f"mov.b32 {f}, {r};")
-        return [f]
+        ctx._cache[("tf32_word", r)] = r
+        return [r]
     lo, hi = ctx.new("b16"), ctx.new("b16")
     ctx.emit(f"mov.b32 {{{lo}, {hi}}}, {r};")
     ctx._cache[("packed", lo, hi)] = r
@@ -365,9 +378,14 @@ def _words_16(ctx: KernelContext, elements: list[str]) -> list[str]:
 
 
 def _words_tf32(ctx: KernelContext, elements: list[str]) -> list[str]:
-    """A fragment's f32 elements rounded to tf32 (cvt.rna: nearest, ties away, as the interpreter rounds)."""
+    """A fragment's f32 elements rounded to tf32 (cvt.rna: nearest, ties away, as the interpreter rounds); elements
+    that went through shared memory were rounded once when staged (`_round_tf32`) and are used as they are (only
+    an operand that needed no data movement, a register renaming, is rounded here, per fragment)."""
     out = []
     for e in elements:
+        if ("tf32_word", e) in ctx._cache:
+            out.append(e)
+            continue
         r = ctx.new("b32")
         ctx.emit(f"cvt.rna.tf32.f32 {r}, {e};")
         out.append(r)

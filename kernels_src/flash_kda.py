@@ -9,8 +9,10 @@ counts behind the split):
    floored gate and its in-chunk cumsum (log2 units), the causal score matrix Aqk and
    L = StrictTril(Diag(beta) K Gamma K^T) as [64, 64] tiles (one gate reference per 16-row sub-chunk), the UT
    inverse (I + L)^-1 (Neumann doubling on the 16x16 diagonal blocks, block merges below), and the WY factors w, u
-   plus the gated kg, qg. It writes them once, in bf16. `kda_intra_chunk_sub16_kernel` is its previous form on
-   16-row tiles (INTRA_VARIANT "sub16"), kept for A/B timing.
+   plus the gated kg, qg. It writes them once, in bf16. Three forms (INTRA_VARIANT, or chunk_kda's
+   intra_variant keyword): "sliced" (`kda_intra_chunk_sliced_kernel`, the default: [16, K] x [K, 64] score rows
+   joined with mt.cat), "chunk64" (`kda_intra_chunk_kernel`: whole-chunk score dots, 3/4 of their rows dropped)
+   and "sub16" (`kda_intra_chunk_sub16_kernel`: tuples of 16-row tiles), the last two kept for A/B timing.
 2. `kda_recurrence_kernel`, sequential over the chunks of a segment, parallel over (column block, segment, head):
    v_new = u - w S;  o = qg S + Aqk v_new;  S <- Diag(2^G_last) S + kg^T v_new.  The same kernel with
    TRANSITION=True runs the recurrence on the augmented state [M | E] (identity / zero start, u = 0 on the M part) to
@@ -43,10 +45,14 @@ MIN_SEGMENT = 1024  # auto context parallelism never cuts a sequence into segmen
 MAX_SPLITS = 32  # fla's cap on the merge-chain depth (precision of the fp32 composition)
 STATE_BLOCK = 64  # state columns per phase-2 program ([K, 64] f32 state tile)
 INTRA_WARPS = 8
-# Phase 1: "sub16" (16-row sub-chunk tiles) or "chunk64" (whole-chunk tiles, every dot on mma.sync). Measured on the
-# H200 (2026-11-29, tools/flash_kda_variants.py), sub16 is faster: 5.29 vs 7.63 ms at B1 T32768 H16, 1.04 vs 1.46 ms at
-# B1 T8192 H12 — chunk64 spills 1.7 KB and does 4x the score work (no sub-tile slices in the DSL yet).
-INTRA_VARIANT = "sub16"
+# Phase 1: "sliced" (score rows per 16-row sub-chunk, joined with mt.cat; every dot on mma.sync), "chunk64"
+# (whole-chunk score dots) or "sub16" (16-row sub-chunk tiles). Measured on the H200 (2026-11-29,
+# tools/flash_kda_variants.py): sub16 5.29 ms, chunk64 7.63 ms at B1 T32768 H16 (chunk64 spilled 1.7 KB and did 4x
+# the score work). "sliced" is predicted at ~2.1 ms there (docs/kernels/flash_kda.md, version 3: 6.8K SASS
+# instructions, 24 B of spills, against sub16's 18K and 240 B), not yet measured: the lead's run decides.
+INTRA_VARIANT = "sliced"
+INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
+SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recurrence_warps)
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
@@ -74,8 +80,37 @@ def _store_rows(ptr, base, row_h, valid, x, COLS: mt.constexpr):
 
 
 @mt.func
+def _load_cols(ptr, base, row_h, valid, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr):
+    """Columns C0..C0+CW of the rows base + row_h of a [tokens, H, COLS] tensor as f32 (as _load_rows)."""
+    cols = C0 + mt.arange(0, CW)
+    return mt.load(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), mask=valid[:, None],
+                   other=0.0).to(mt.float32)
+
+
+@mt.func
+def _store_cols(ptr, base, row_h, valid, x, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr):
+    cols = C0 + mt.arange(0, CW)
+    mt.store(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), x, mask=valid[:, None])
+
+
+@mt.func
 def _l2_normalize(x):
     return x / mt.sqrt(mt.sum(x * x, axis=1) + L2_EPS)[:, None]
+
+
+@mt.func
+def _l2_normalize_fast(x):
+    """_l2_normalize with rsqrt.approx (relative error ~2^-23, far below the tf32 / bf16 roundings that follow)
+    instead of sqrt.rn and a div.rn per element (~20 instructions each)."""
+    return x * mt.rsqrt(mt.sum(x * x, axis=1) + L2_EPS)[:, None]
+
+
+@mt.func
+def _sigmoid_fast(x):
+    """sigmoid(x) = rsqrt(1 + 2^(-x log2 e))^2: two MUFU ops (relative error ~2^-22) instead of mt.sigmoid's
+    rcp.rn sequence; x -> -inf gives rsqrt(inf)^2 = 0, x -> +inf gives 1."""
+    r = mt.rsqrt(1.0 + mt.exp2(-x * RCP_LN2))
+    return r * r
 
 
 @mt.func
@@ -182,6 +217,117 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
     mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
 
 
+@mt.kernel(min_blocks_per_sm=1)
+def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
+                                  w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
+                                  K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr,
+                                  SOLVE_PRECISION: mt.constexpr):
+    """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
+    slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
+    warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
+    one exp2 per element plus [K]-vector factors per (row block, column block). The same outputs as
+    kda_intra_chunk_kernel up to rounding (L here is tf32 with beta on its row side; chunk64's is bf16).
+    docs/kernels/flash_kda.md, version 3, has the instruction counts and the register-pressure choices.
+    """
+    chunk = mt.program_id(0)
+    h = mt.program_id(1)
+    start = mt.load(chunk_ptr + 2 * chunk)
+    end = mt.load(chunk_ptr + 2 * chunk + 1)
+    NS = BT // SUB
+    rt = mt.arange(0, BT)
+    sub = mt.arange(0, SUB)
+    cj = rt[None, :]
+    ci = rt[:, None]
+    valid = start + rt < end
+    base = start.to(mt.int64) * H + h
+    row_h = rt * H
+    gate_scale = mt.exp(mt.load(a_log_ptr + h))
+    gate_bias = mt.load(dt_bias_ptr + h * K + mt.arange(0, K))
+
+    # The gate first, then k (for k_end), and q and k again per sub-chunk in the score loop: fewer [BT, K] tiles
+    # live at once (a whole-chunk q and k held across the cumsum spilled).
+    graw = _load_rows(g_ptr, base, row_h, valid, K)
+    gate = mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
+    b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
+    gcum = mt.cumsum(gate, axis=0) * RCP_LN2
+
+    # Sub-chunk boundaries in log2 units: bound[s] = G just before sub-chunk s (kda.md §1.5), bound[NS] = G_last
+    # (rows past the chunk end have g = 0, so the last cumsum row is G_last also in a partial chunk).
+    bound = (mt.zeros((K,), mt.float32),)
+    for s in mt.static_range(1, NS + 1):
+        bound = bound + (mt.sum(gcum[s * SUB - 1:s * SUB, :], axis=0),)
+    g_last = bound[NS]
+
+    # Per sub-chunk t (rows 16t..16t+15): k_end = k 2^(bound[t+1] - G) in [2^-115, 1] (floor -5, 16 rows), the
+    # column side of every score block; the row sides q 2^(G - bound[s]), k 2^(G - bound[s]) are made per s below.
+    # kg, qg and w's right factor (beta k 2^G) are these times [K]-vector factors.
+    kk = _l2_normalize_fast(_load_rows(k_ptr, base, row_h, valid, K))
+    k_end = ()
+    kg = ()
+    for t in mt.static_range(NS):
+        rows = gcum[t * SUB:(t + 1) * SUB, :]
+        ke = kk[t * SUB:(t + 1) * SUB, :] * mt.exp2(bound[t + 1][None, :] - rows)
+        k_end = k_end + (ke,)
+        kg = kg + (ke * mt.exp2(g_last - bound[t + 1])[None, :],)
+    _store_rows(kg_ptr, base, row_h, valid, mt.cat(kg, 0), K)
+
+    # Score row block s: (q 2^(G - bound[s])) . (k 2^(bound[s] - G))^T over the columns up to the end of
+    # sub-chunk s. Column block t <= s is k_end[t] 2^(bound[s] - bound[t+1]): a factor <= 1 for t < s (it flushes
+    # to 0 only where the true product is below 2^-126) and in [1, 2^115] on the diagonal block; later column
+    # blocks are zero.
+    lmat = ()
+    k_wy = ()
+    for s in mt.static_range(NS):
+        # this sub-chunk's row indices from fresh index math (cheap to recompute in any layout; a slice of row_h
+        # would tie the qg store's pointers to the Aqk store's mma layout and convert them through shared memory)
+        ri = s * SUB + sub
+        rows_h = ri * H
+        valid_s = start + ri < end
+        rel = mt.exp2(gcum[s * SUB:(s + 1) * SUB, :] - bound[s][None, :])
+        q_rel = _l2_normalize_fast(_load_rows(q_ptr, base, rows_h, valid_s, K)) * rel
+        k_rel = _l2_normalize_fast(_load_rows(k_ptr, base, rows_h, valid_s, K)) * rel
+        from_start = mt.exp2(bound[s])
+        _store_rows(qg_ptr, base, rows_h, valid_s, q_rel * (from_start * scale)[None, :], K)
+        b_s = b[s * SUB:(s + 1) * SUB]
+        k_wy = k_wy + (k_rel * from_start[None, :] * b_s[:, None],)
+        cols = ()
+        for t in mt.static_range(NS):
+            if t <= s:
+                cols = cols + (k_end[t] * mt.exp2(bound[s] - bound[t + 1])[None, :],)
+            else:
+                cols = cols + (mt.zeros((SUB, K), mt.float32),)
+        col_t = mt.trans(mt.cat(cols, 0))
+        a_s = mt.dot(q_rel, col_t, input_precision="tf32")
+        mt.store(aqk_ptr + base * BT + (rows_h[:, None] * BT + cj), mt.where(ri[:, None] >= cj, a_s * scale, 0.0),
+                 mask=valid_s[:, None])
+        # L = Diag(beta) K Gamma K^T (beta on the row side: the dot's mma layout then stays out of the [16, K]
+        # tiles), tf32 like Aqk: both dots then share one staging of col_t as the B operand
+        l_s = mt.dot(k_rel * b_s[:, None], col_t, input_precision="tf32")
+        lmat = lmat + (mt.where(ri[:, None] > cj, l_s, 0.0),)
+    lmat = mt.cat(lmat, 0)
+
+    # UT inverse and WY factors: as kda_intra_chunk_kernel.
+    eye = (ci == cj).to(mt.float32)
+    same_block = (ci // SUB) == (cj // SUB)
+    d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION)
+    m = mt.dot(d_inv, mt.where(same_block, 0.0, lmat), input_precision=SOLVE_PRECISION)
+    m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION)
+    step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION)
+    ainv = step + mt.dot(m2, step, input_precision=SOLVE_PRECISION)
+    # WY factors in column blocks of at most BT: a [BT, BT] x [BT, 64] B operand is 64 registers per thread
+    # (warps [4, 2]), a [BT, 128] one 128.
+    k_wy = mt.cat(k_wy, 0)
+    WK = min(K, BT)
+    for c in mt.static_range(K // WK):
+        w = mt.dot(ainv, k_wy[:, c * WK:(c + 1) * WK], input_precision="tf32")
+        _store_cols(w_ptr, base, row_h, valid, w, K, c * WK, WK)
+    WV = min(V, BT)
+    for c in mt.static_range(V // WV):
+        vb = _load_cols(v_ptr, base, row_h, valid, V, c * WV, WV) * b[:, None]
+        _store_cols(u_ptr, base, row_h, valid, mt.dot(ainv, vb, input_precision="tf32"), V, c * WV, WV)
+    mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
+
+
 @mt.func
 def _load_rows_i64(ptr, row_off, valid, COLS: mt.constexpr):
     """Rows `row_off` (token*H + head, i64) of a [tokens, H, COLS] tensor as f32; invalid rows read 0."""
@@ -200,7 +346,7 @@ def kda_intra_chunk_sub16_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr
                            w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr,
                            H, scale, lower_bound, diag_up, diag_down,
                            K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr):
-    """kda_intra_chunk_kernel's previous form (INTRA_VARIANT "sub16"), kept for GPU A/B timing: the same outputs
+    """kda_intra_chunk_kernel's earlier form (INTRA_VARIANT "sub16"), kept for GPU A/B timing: the same outputs
     from 16-row sub-chunk tiles. Its 16x16 dots cannot use mma.sync with 8 warps (CUDA-core FMAs), and its
     tuples of [16, K] tiles cost ~300 layout-conversion barriers (docs/kernels/flash_kda.md).
 
@@ -592,7 +738,8 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
               scale: float | None = None, initial_state: torch.Tensor | None = None,
               output_final_state: bool = False, cu_seqlens: torch.Tensor | None = None,
               state_v_first: bool = False, context_parallel: bool | None = None,
-              cp_segment_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+              cp_segment_len: int | None = None,
+              intra_variant: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """KDA prefill with fla `chunk_kda` semantics (L2 norm, gate, beta sigmoid in kernel; safe floored gate).
 
     q, k [B,T,H,K], v [B,T,H,V] (bf16; f16/f32 also accepted), g the raw gate input [B,T,H,K], beta raw logits
@@ -601,6 +748,7 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
     read on the host). K and V: powers of two in [16, 256]; any T.
     context_parallel: None decides from the shapes, True / False force segment splitting on / off;
     cp_segment_len (a multiple of 64) fixes the segment length when splitting.
+    intra_variant: the phase-1 kernel (one of INTRA_VARIANTS; None: the module's INTRA_VARIANT).
     Returns (o [B,T,H,V] in q.dtype, final state f32 or None).
     """
     cu = None if cu_seqlens is None else [int(x) for x in cu_seqlens.reshape(-1).tolist()]
@@ -616,7 +764,8 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
                              cp_segment_len)
     tables = launch_tables(bounds, seg_len, str(dev))
 
-    factors = _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables)
+    factors = _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables,
+                           INTRA_VARIANT if intra_variant is None else intra_variant)
     o = _empty((B * T, H, V), q.dtype, dev)
     final = None
     if output_final_state:
@@ -629,9 +778,11 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
     return o.reshape(B, T, H, V), final
 
 
-def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: Tables) -> dict[str, torch.Tensor]:
+def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: Tables,
+                 variant: str) -> dict[str, torch.Tensor]:
     """Phase 1 over every chunk: the bf16 intermediates of the recurrence."""
     B, T, H, K = q.shape
+    variant = intra_variant_for(variant, K)
     V = v.shape[-1]
     dev = q.device
     tokens, n_chunks = B * T, tables.chunks.shape[0]
@@ -648,15 +799,23 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
     args = (q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(), a_log, bias,
             tables.chunks, out["w"], out["u"], out["kg"], out["qg"], out["aqk"], out["decay"],
             H, scale, float(lower_bound))
-    if INTRA_VARIANT == "sub16":
+    if variant == "sub16":
         shift = round(SUB * abs(lower_bound) / 2 * RCP_LN2)  # half the worst 16-row decay span, in log2 units
         kernel, args = kda_intra_chunk_sub16_kernel, args + (float(2.0 ** shift), float(2.0 ** -shift))
-    elif INTRA_VARIANT == "chunk64":
+    elif variant == "chunk64":
         kernel = kda_intra_chunk_kernel
     else:
-        raise ValueError(f"INTRA_VARIANT must be 'chunk64' or 'sub16', got {INTRA_VARIANT!r}")
+        kernel = kda_intra_chunk_sliced_kernel
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS)
     return out
+
+
+def intra_variant_for(variant: str, K: int) -> str:
+    """The phase-1 kernel that runs for `variant` at head dim K: "sliced" above SLICED_MAX_K runs "sub16" (its
+    [64, K] gate cumsum needs 64 KB of shared memory at K = 256, over the 48 KB static budget)."""
+    if variant not in INTRA_VARIANTS:
+        raise ValueError(f"the phase-1 variant must be one of {INTRA_VARIANTS}, got {variant!r}")
+    return "sub16" if variant == "sliced" and K > SLICED_MAX_K else variant
 
 
 def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Tensor | None, h0_v_first: bool,
@@ -705,6 +864,7 @@ def _segment_states(f: dict[str, torch.Tensor], tables: Tables, h0: torch.Tensor
     return s_in
 
 
-__all__ = ["chunk_kda", "kda_intra_chunk_kernel", "kda_intra_chunk_sub16_kernel", "kda_recurrence_kernel",
+__all__ = ["chunk_kda", "kda_intra_chunk_kernel", "kda_intra_chunk_sub16_kernel", "kda_intra_chunk_sliced_kernel",
+           "kda_recurrence_kernel", "INTRA_VARIANTS", "intra_variant_for",
            "kda_merge_kernel", "segment_length", "recurrence_warps",
            "plan", "Plan", "launch_tables", "CHUNK"]

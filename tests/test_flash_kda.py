@@ -42,7 +42,8 @@ def make_inputs(B: int, T: int, H: int, K: int, V: int, *, seed: int, n_states: 
 def check(inputs: dict, *, out_bound: float = OUT_BOUND, state_bound: float = STATE_BOUND, **options) -> tuple:
     """Run chunk_kda and the token-by-token float64 reference; assert the bounds; return the two errors."""
     o, state = flash_kda.chunk_kda(**inputs, output_final_state=True, **options)
-    ref_options = {k: v for k, v in options.items() if k not in ("context_parallel", "cp_segment_len")}
+    ours_only = ("context_parallel", "cp_segment_len", "intra_variant")
+    ref_options = {k: v for k, v in options.items() if k not in ours_only}
     ref_o, ref_state = kda_ref.kda_recurrent_reference(**inputs, output_final_state=True, **ref_options)
     assert o.dtype == inputs["q"].dtype and o.shape == inputs["v"].shape
     assert state.dtype == torch.float32 and state.shape == ref_state.shape
@@ -105,28 +106,46 @@ def test_chunk_kda_matches_reference(interpret, T, H, K, V, init):
     check(make_inputs(1, T, H, K, V, seed=T * 7 + H, init=init))
 
 
-@pytest.mark.parametrize("variant", ["sub16", "chunk64"])
+@pytest.mark.parametrize("variant", flash_kda.INTRA_VARIANTS)
 def test_intra_chunk_variants_agree(interpret, monkeypatch, variant):
-    """Both phase-1 kernels (INTRA_VARIANT) meet the oracle bounds, and they agree to within bf16 noise on the same
-    inputs (a partial last chunk, varlen boundaries, fast and slow gates mixed through dt_bias)."""
+    """Every phase-1 kernel (INTRA_VARIANT, or the intra_variant keyword) meets the oracle bounds, and each agrees
+    with another to within bf16 noise on the same inputs (a partial last chunk, varlen boundaries, fast and slow
+    gates mixed through dt_bias)."""
     x = make_inputs(1, 150, 2, 32, 16, seed=21, n_states=2)
     x["dt_bias"] = x["dt_bias"] * 3  # per-channel gates from ~no decay to the -5 floor: the range tests both paths
     cu = torch.tensor([0, 70, 150])
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     check(x, cu_seqlens=cu)
     o, s = flash_kda.chunk_kda(**x, output_final_state=True, cu_seqlens=cu)
-    monkeypatch.setattr(flash_kda, "INTRA_VARIANT", "sub16" if variant == "chunk64" else "chunk64")
-    o2, s2 = flash_kda.chunk_kda(**x, output_final_state=True, cu_seqlens=cu)
+    other = "sub16" if variant != "sub16" else "sliced"
+    o2, s2 = flash_kda.chunk_kda(**x, output_final_state=True, cu_seqlens=cu, intra_variant=other)
     assert kda_ref.relative_error(o2.double(), o) <= 5e-3  # measured 1.7e-3 and 1.2e-3 (bf16 intermediates)
     assert kda_ref.relative_error(s2.double(), s) <= 5e-3
+
+
+def test_sliced_variant_on_wide_heads(interpret):
+    """The sliced phase 1 at K = V = 128 (the K3 head size: two column blocks in its WY products) and a partial
+    chunk, against the oracle."""
+    check(make_inputs(1, 100, 1, 128, 128, seed=23), intra_variant="sliced")
+
+
+def test_intra_variant_choice():
+    assert [flash_kda.intra_variant_for(v, 128) for v in flash_kda.INTRA_VARIANTS] == list(flash_kda.INTRA_VARIANTS)
+    assert flash_kda.intra_variant_for("sliced", 256) == "sub16"  # its gate scan would need 64 KB of shared memory
+    assert flash_kda.intra_variant_for("chunk64", 256) == "chunk64"
+
+
+def test_unknown_intra_variant_is_an_error(interpret):
+    with pytest.raises(ValueError, match="phase-1 variant"):
+        flash_kda.chunk_kda(**make_inputs(1, 8, 1, 16, 16, seed=24), intra_variant="chunk32")
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("MINITRITON_INTERPRET", "0") != "0",
                     reason="needs a CUDA GPU (and MINITRITON_INTERPRET unset)")
-def test_gpu_sub16_variant(monkeypatch):
-    monkeypatch.setattr(flash_kda, "INTRA_VARIANT", "sub16")
-    check(make_inputs(1, 1000, 4, 128, 128, seed=22, device="cuda"))
+@pytest.mark.parametrize("variant", flash_kda.INTRA_VARIANTS)
+def test_gpu_intra_variant(variant):
+    check(make_inputs(1, 1000, 4, 128, 128, seed=22, device="cuda"), intra_variant=variant)
 
 
 def test_recurrence_warps_choice(monkeypatch):
@@ -193,15 +212,16 @@ def test_error_figure_detects_a_wrong_gate_convention(interpret):
 
 # ------------------------------------------------------------------------- compiled PTX on the simulator
 
+PHASE1_KERNELS = {"chunk64": "kda_intra_chunk_kernel", "sub16": "kda_intra_chunk_sub16_kernel",
+                  "sliced": "kda_intra_chunk_sliced_kernel"}
 KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
-    "kda_intra_chunk_kernel": ("w_ptr", "u_ptr", "kg_ptr", "qg_ptr", "aqk_ptr", "decay_ptr"),
-    "kda_intra_chunk_sub16_kernel": ("w_ptr", "u_ptr", "kg_ptr", "qg_ptr", "aqk_ptr", "decay_ptr"),
+    **{name: ("w_ptr", "u_ptr", "kg_ptr", "qg_ptr", "aqk_ptr", "decay_ptr") for name in PHASE1_KERNELS.values()},
     "kda_recurrence_kernel": ("o_ptr", "ht_ptr"),
     "kda_merge_kernel": ("s_in_ptr",),
 }
 
 
-@pytest.mark.parametrize("variant", ["sub16", "chunk64"])
+@pytest.mark.parametrize("variant", flash_kda.INTRA_VARIANTS)
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -222,7 +242,7 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
-    phase1 = "kda_intra_chunk_kernel" if variant == "chunk64" else "kda_intra_chunk_sub16_kernel"
+    phase1 = PHASE1_KERNELS[variant]
     assert [k.__name__ for k, *_ in launches] == [phase1, "kda_recurrence_kernel", "kda_merge_kernel",
                                                  "kda_recurrence_kernel"]
     for kernel, grid, before, after, constexprs in launches:

@@ -1,33 +1,158 @@
-"""Time FlashKDA's phase-1 variants (chunk64, sub16) and phase-2 warp choices on the GPU, ours only, per kernel
-(torch.profiler), at the shapes given (default B1 T32768 H16 and B1 T8192 H12).
+"""FlashKDA's phase-1 variants (flash_kda.INTRA_VARIANTS: sliced, chunk64, sub16) side by side, in one GPU run.
 
-    python tools/flash_kda_variants.py [BxTxH ...]
+    python tools/flash_kda_variants.py [BxTxH ...]        GPU: correctness first, then per-kernel times
+    python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
+
+GPU mode, per variant: (1) the oracle check of tests/test_flash_kda.py at T=1000 H=4 K=V=128 with an initial state
+(float64 token-by-token reference; bounds 1e-2 output / 5e-3 final state), and at every benchmark shape the output
+and final state against the sub16 variant's (same bounds); (2) per-kernel GPU time (torch.profiler, mean of
+tools/profile_kernels.REPEAT calls) at each shape (default B1 T32768 H16 and B1 T8192 H12, K=V=128), ours for each
+variant and fla's chunk_kda on the same tensors. A variant that fails its check is reported and not timed.
+
+--static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
+specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
+phase 1 has no loops, so static = dynamic), bar.sync, mma.sync, cvt.rna.tf32, and, when nvdisasm is on PATH, the
+SASS counts (total, HMMA, BAR, STL/LDL, MUFU) that docs/kernels/flash_kda.md's performance model takes.
 """
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import bench_flash_kda as bench  # noqa: E402
-from minitriton.kernels import flash_kda  # noqa: E402
-from tools.profile_kernels import kernel_times  # noqa: E402
+from minitriton.kernels import flash_kda, kda_ref  # noqa: E402
+
+OUT_BOUND, STATE_BOUND = 1e-2, 5e-3
+DEFAULT_SHAPES = [(1, 32768, 16), (1, 8192, 12)]
+ORACLE_SHAPE = (1, 1000, 4, 128)  # B, T, H, K = V of the oracle check (as tests/test_flash_kda.py's GPU tests)
+PHASE1 = {"sliced": flash_kda.kda_intra_chunk_sliced_kernel, "chunk64": flash_kda.kda_intra_chunk_kernel,
+          "sub16": flash_kda.kda_intra_chunk_sub16_kernel}
+
+
+# ---------------------------------------------------------------------------------------------------- GPU
+
+
+def oracle_check(variant: str) -> str | None:
+    """None when the variant meets the bounds at T=1000 H=4 against the float64 oracle, else the failure."""
+    gen = torch.Generator().manual_seed(22)
+    B, T, H, K = ORACLE_SHAPE
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen)
+
+    x = dict(q=randn(B, T, H, K).bfloat16().cuda(), k=randn(B, T, H, K).bfloat16().cuda(),
+             v=randn(B, T, H, K).bfloat16().cuda(), g=randn(B, T, H, K).bfloat16().cuda(),
+             beta=randn(B, T, H).bfloat16().cuda(), A_log=(torch.rand(H, generator=gen) * 2 - 1).cuda(),
+             dt_bias=randn(H * K).cuda(), initial_state=randn(B, H, K, K).cuda())
+    flash_kda.INTRA_VARIANT = variant
+    o, s = flash_kda.chunk_kda(**x, output_final_state=True)
+    ref_o, ref_s = kda_ref.kda_recurrent_reference(**x, output_final_state=True)
+    o_err, s_err = kda_ref.relative_error(ref_o, o), kda_ref.relative_error(ref_s, s)
+    print(f"  {variant}: oracle B={B} T={T} H={H} K=V={K}: output {o_err:.2e}, state {s_err:.2e}")
+    if not (o_err <= OUT_BOUND and s_err <= STATE_BOUND):
+        return f"oracle errors {o_err:.2e} / {s_err:.2e} over the bounds"
+    return None
+
+
+def gpu(shapes: list[tuple[int, int, int]]) -> None:
+    from benchmarks import bench_flash_kda as bench
+    from tools.profile_kernels import kernel_times
+
+    failed: dict[str, str] = {}
+    for variant in PHASE1:
+        err = oracle_check(variant)
+        if err:
+            failed[variant] = err
+    for B, T, H in shapes:
+        p = bench.make_problem(B, T, H)
+        flash_kda.INTRA_VARIANT = "sub16"
+        base = bench.ours(p, None)()
+        for variant in PHASE1:
+            if variant in failed:
+                print(f"B={B} T={T} H={H} {variant}: not timed ({failed[variant]})")
+                continue
+            flash_kda.INTRA_VARIANT = variant
+            o, s = bench.ours(p, None)()
+            o_err, s_err = kda_ref.relative_error(base[0], o), kda_ref.relative_error(base[1], s)
+            if not (o_err <= OUT_BOUND and s_err <= STATE_BOUND):
+                print(f"B={B} T={T} H={H} {variant}: differs from sub16 ({o_err:.2e} / {s_err:.2e}): not timed")
+                continue
+            rows = kernel_times(bench.ours(p, None))
+            total = sum(t for _, t in rows)
+            print(f"B={B} T={T} H={H} {variant:8s}: {total:9.1f} us (vs sub16 {o_err:.1e} / {s_err:.1e})  "
+                  + ", ".join(f"{k} {t:.1f}" for k, t in rows))
+        try:
+            rows = kernel_times(bench.fla(p))
+            print(f"B={B} T={T} H={H} fla     : {sum(t for _, t in rows):9.1f} us  "
+                  + ", ".join(f"{k[:40]} {t:.1f}" for k, t in rows[:8]))
+        except Exception as e:  # fla missing or its API changed: report and go on
+            print(f"B={B} T={T} H={H} fla: FAILED {type(e).__name__}: {str(e)[:200]}")
+        del p, base
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------------- static
+
+
+POINTERS = dict(q_ptr="bf16", k_ptr="bf16", v_ptr="bf16", g_ptr="bf16", beta_ptr="bf16", a_log_ptr="f32",
+                dt_bias_ptr="f32", chunk_ptr="i32", w_ptr="bf16", u_ptr="bf16", kg_ptr="bf16", qg_ptr="bf16",
+                aqk_ptr="bf16", decay_ptr="f32")
+FLOATS = ("scale", "lower_bound", "diag_up", "diag_down")
+
+
+def signature(kernel) -> str:  # type: ignore[no-untyped-def]
+    """The runtime's specialization at the benchmark: 16-byte aligned pointers, i32 H, f32 scalars."""
+    parts = []
+    for name in kernel.runtime_params:
+        if name in POINTERS:
+            parts.append(f"{name}:*{POINTERS[name]}:16")
+        else:
+            parts.append(f"{name}:{'f32' if name in FLOATS else 'i32'}")
+    return ",".join(parts)
+
+
+def static_counts(kernel, K: int = 128, V: int = 128) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    spec = kernel.aot_spec(signature(kernel), flash_kda.INTRA_WARPS, None, K=K, V=V, BT=flash_kda.CHUNK,
+                           SOLVE_PRECISION="tf32")
+    compiled = spec.compile(target="cubin")
+    meta = compiled.metadata
+    lines = [ln.strip() for ln in compiled.ptx.splitlines()]
+    ptx = [ln for ln in lines if ln.endswith(";") and not ln.startswith((".", "//"))]
+    out = dict(registers=meta["registers"], spill_stores=meta["spill_stores"], spill_loads=meta["spill_loads"],
+               ptx=len(ptx), **{name: sum(1 for ln in ptx if key in ln) for name, key in (
+                   ("bar.sync", "bar.sync"), ("mma.sync", "mma.sync"), ("cvt.rna.tf32", "cvt.rna.tf32"))})
+    disasm = shutil.which("nvdisasm")
+    if disasm and compiled.cubin:
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(compiled.cubin)
+            f.flush()
+            sass = subprocess.run([disasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+        ins = [ln for ln in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+        out["sass"] = len(ins)
+        for op in ("HMMA", "BAR", "STL", "LDL", "MUFU"):
+            out[op] = sum(1 for ln in ins if re.search(rf"\b{op}\b", ln))
+    return out
+
+
+def static() -> None:
+    for variant, kernel in PHASE1.items():
+        c = static_counts(kernel)
+        print(f"{variant:8s} " + " ".join(f"{k} {v}" for k, v in c.items()), flush=True)
 
 
 def main() -> None:
-    shapes = [tuple(int(x) for x in s.split("x")) for s in sys.argv[1:]] or [(1, 32768, 16), (1, 8192, 12)]
-    for B, T, H in shapes:
-        p = bench.make_problem(B, T, H)
-        for variant in ("chunk64", "sub16"):
-            flash_kda.INTRA_VARIANT = variant
-            rows = kernel_times(bench.ours(p, None))
-            total = sum(t for _, t in rows)
-            print(f"B={B} T={T} H={H} {variant}: {total:9.1f} us  " + ", ".join(f"{k} {t:.1f}" for k, t in rows))
-        del p
-        torch.cuda.empty_cache()
+    args = sys.argv[1:]
+    if args == ["--static"]:
+        static()
+        return
+    gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES)  # type: ignore[misc]
 
 
 if __name__ == "__main__":
