@@ -22,15 +22,26 @@ the wait and the bar.sync (cp.async writes through the generic proxy, wgmma read
 with attr `dynamic_offset` lives in the kernel's dynamic shared memory (`.extern .shared .align 1024 .b8 mt_dyn[]`,
 at that offset from mt_dyn rounded up to 1024 bytes; the pass sized it, alignment slack included, in the func
 attr `dynamic_shared_memory`) instead of a static variable of its own.
+
+TMA-fed rings (passes/pipeline.py "TMA rings"; docs/kernels/gemm.md v2):
+  mt.alloc_ring {tma_barriers}   also `.shared .align 8 .b64 mt_barsN[S]`: one mbarrier per slot, arrival count 1,
+                                 initialized by thread 0, `fence.mbarrier_init`, bar.sync
+  mt.async_copy (ring, slot, desc, row, col, valid)   thread 0, when valid: `mbarrier.arrive.expect_tx` of the tile's
+                                 bytes on the slot's barrier, then one `cp.async.bulk.tensor.2d` per box of
+                                 codegen/tma.py `wgmma_ring_boxes` (16 [8, 64] boxes of A per 128 rows, one [K, 64]
+                                 box of B per column atom) at its offset of the slot, completing on that barrier
+  mt.async_wait (ring, slot, phase)   spin on `mbarrier.try_wait.parity` of the slot's barrier; attr `barrier`: then
+                                 bar.sync. TMA writes and wgmma reads both go through the async proxy: no fence.
 """
 from __future__ import annotations
 
 from minitriton.ir import Operation, Value
 from minitriton.ir.layouts import ThreadMap, vector_groups
-from minitriton.ir.types import ScalarType, TensorType
+from minitriton.ir.types import ScalarType, TensorDescType, TensorType
 
 from .context import KernelContext
 from .mma import store_width
+from .tma import arrive_expect_tx, tma_load, wgmma_ring_boxes
 from .wgmma import ALIGN, _linear, offset_of_register, operand_offset, possible_bits
 
 COPY_BYTES = 16
@@ -40,6 +51,12 @@ DYNAMIC = "mt_dyn"
 
 
 def lower_alloc_ring(ctx: KernelContext, op: Operation) -> None:
+    _alloc_ring_memory(ctx, op)
+    if op.attrs.get("tma_barriers"):
+        _alloc_slot_barriers(ctx, op)
+
+
+def _alloc_ring_memory(ctx: KernelContext, op: Operation) -> None:
     t: TensorType = op.result.type  # type: ignore[assignment]
     enc = t.encoding
     operand = _wgmma_operand(t)
@@ -97,6 +114,9 @@ def _thread_addr(ctx: KernelContext, slot_base: str, tmap: ThreadMap, cols: int,
 
 
 def lower_async_copy(ctx: KernelContext, op: Operation) -> None:
+    if isinstance(op.operands[2].type, TensorDescType):
+        _tma_ring_copy(ctx, op)
+        return
     ring, slot, ptr = op.operands[:3]
     tmap = ctx.tmap(ptr)
     size = ring.type.scalar.bytes  # type: ignore[union-attr]
@@ -189,6 +209,9 @@ def lower_async_commit(ctx: KernelContext, op: Operation) -> None:
 
 
 def lower_async_wait(ctx: KernelContext, op: Operation) -> None:
+    if op.operands:
+        _tma_ring_wait(ctx, op)
+        return
     ctx.emit(f"cp.async.wait_group {int(op.attrs['pending'])};")
     if getattr(ctx, "async_proxy_rings", False):  # a wgmma reads the slots through the async proxy
         ctx.emit("fence.proxy.async.shared::cta;")
@@ -232,3 +255,85 @@ def _as_f32(ctx: KernelContext, w: str) -> str:
     f = ctx.new("f32")
     ctx.emit(f"mov.b32 {f}, {w};")
     return f
+
+
+# ------------------------------------------------------------------------------------- TMA-fed rings
+
+
+MBARRIER_BYTES = 8
+
+
+def _alloc_slot_barriers(ctx: KernelContext, op: Operation) -> None:
+    """One mbarrier per slot (`.shared .align 8 .b64 mt_barsN[S]`, arrival count 1: the leader's
+    arrive.expect_tx), initialized here by the leader and published to every thread by a bar.sync."""
+    stages = int(op.attrs["stages"])
+    name = f"mt_bars{sum(1 for d in ctx.shared_decls if 'mt_bars' in d)}"
+    ctx.shared_decls.append(f".shared .align {MBARRIER_BYTES} .b64 {name}[{stages}];")
+    bars = ctx.in_prologue(("ring_bars", name), "b32", f"mov.u32 {{d}}, {name};")
+    _slot_barriers(ctx)[ctx.get(op.result)[0]] = bars
+    leader = ctx.owner_pred(None)
+    for s in range(stages):
+        ctx.emit(f"@{leader} mbarrier.init.shared::cta.b64 [{bars}+{MBARRIER_BYTES * s}], 1;")
+    ctx.emit("fence.mbarrier_init.release.cluster;")
+    ctx.barrier()
+
+
+def _slot_barriers(ctx: KernelContext) -> dict[str, str]:
+    """ring register -> the register holding its slot barriers' address."""
+    if not hasattr(ctx, "ring_barriers"):
+        ctx.ring_barriers = {}  # type: ignore[attr-defined]
+    return ctx.ring_barriers  # type: ignore[attr-defined]
+
+
+def _slot_barrier(ctx: KernelContext, ring: Value, slot: Value) -> str:
+    bars = _slot_barriers(ctx).get(ctx.get(ring)[0])
+    if bars is None:
+        raise ctx.error("a TMA ring copy or wait on a ring without slot barriers (attr tma_barriers)")
+    bar = ctx.new("b32")
+    ctx.emit(f"mad.lo.u32 {bar}, {ctx.get1(slot)}, {MBARRIER_BYTES}, {bars};")
+    return bar
+
+
+def _tma_ring_copy(ctx: KernelContext, op: Operation) -> None:
+    """mt.async_copy (ring, slot, desc, row, col, valid): the leader, when valid, announces the tile's bytes on the
+    slot's barrier, then issues the boxes (codegen/tma.py wgmma_ring_boxes) at their offsets of the slot."""
+    ring, slot, desc, row, col, valid = op.operands
+    ring_t: TensorType = ring.type  # type: ignore[assignment]
+    operand = _wgmma_operand(ring_t)
+    if operand is None:
+        raise ctx.error("TMA ring copies fill rings laid out as wgmma operands")
+    shape = tuple(ring_t.shape[1:])
+    boxes = wgmma_ring_boxes(operand, shape, ctx.num_warps, ring_t.scalar.bytes)  # type: ignore[arg-type,union-attr]
+    box_shape = tuple(desc.type.block_shape)  # type: ignore[union-attr]
+    if any(tuple(b) != box_shape for _, b, _ in boxes):
+        raise ctx.error(f"the descriptor's box {list(box_shape)} is not the ring's box {list(boxes[0][1])}")
+    issue = ctx.new("pred")
+    ctx.emit(f"and.pred {issue}, {ctx.owner_pred(None)}, {ctx.get1(valid)};")
+    base = _slot_base(ctx, ring, slot)
+    bar = _slot_barrier(ctx, ring, slot)
+    nbytes = shape[0] * shape[1] * ring_t.scalar.bytes  # type: ignore[union-attr]
+    arrive_expect_tx(ctx, bar, nbytes, issue)
+    tensor_map, r0, c0 = ctx.get1(desc), ctx.get1(row), ctx.get1(col)
+    for (dr, dc), _, at in boxes:
+        coords = [_offset(ctx, r0, dr), _offset(ctx, c0, dc)]
+        tma_load(ctx, f"{base}+{at}" if at else base, tensor_map, coords, bar, issue)
+
+
+def _offset(ctx: KernelContext, reg: str, delta: int) -> str:
+    if not delta:
+        return reg
+    out = ctx.new("b32")
+    ctx.emit(f"add.s32 {out}, {reg}, {delta};")
+    return out
+
+
+def _tma_ring_wait(ctx: KernelContext, op: Operation) -> None:
+    """mt.async_wait (ring, slot, phase): spin on the slot barrier's phase of that parity; attr barrier: bar.sync."""
+    ring, slot, phase = op.operands
+    bar = _slot_barrier(ctx, ring, slot)
+    done, loop = ctx.new("pred"), ctx.new_label("ring_wait")
+    ctx.label(loop)
+    ctx.emit(f"mbarrier.try_wait.parity.shared::cta.b64 {done}, [{bar}], {ctx.get1(phase)};")
+    ctx.emit(f"@!{done} bra {loop};")
+    if op.attrs.get("barrier"):
+        ctx.barrier()

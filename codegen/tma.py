@@ -33,6 +33,13 @@ stays contiguous, so threads read and write 16-byte vectors.
 The pieces (tensor_map_address, mbarrier_init, arrive_expect_tx, tma_load, wait_phase, tma_store, swizzle,
 read_box, write_box) take registers and addresses, so the pipelining passes can place buffers and barriers of
 their own.
+
+`wgmma_ring_boxes` is the layout contract a TMA-fed ring needs (docs/kernels/gemm.md, v2): the TMA boxes (with the
+128B swizzle) that, landing at their offsets of a 1024-aligned slot, lay it out exactly as codegen/wgmma.py's
+`operand_offset` (the layout the cp.async ring writes and wgmma reads in place): A in one box of 8 rows x 128
+bytes per row group and 128-byte K chunk (A's rows are permuted, 8-row groups stay contiguous), B in one box of
+K rows x 128 bytes per column atom. codegen/async_copy.py issues them for TMA-fed rings; the kernel passes
+descriptors with these boxes (kernels_src/examples/matmul.py matmul_tma_ring_kernel).
 """
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ from minitriton.ir.types import LayoutAttr, ScalarType, TensorDescType
 
 from .context import KernelContext
 from .memory import load_run, store_run
+from .wgmma import a_tile_row, tile_offset
 
 TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
@@ -176,6 +184,36 @@ def tma_store(ctx: KernelContext, tensor_map: str, coords: list[str], src: str, 
              f"[{tensor_map}, {{{c}}}], [{src}];")
     ctx.emit(f"@{leader} cp.async.bulk.commit_group;")
     ctx.emit(f"@{leader} cp.async.bulk.wait_group 0;")
+
+
+# ------------------------------------------------------------------------------- TMA-fed wgmma ring slots
+
+
+TMA_SWIZZLE_ROW_BYTES = 128
+RING_BOX_ROWS = 8  # rows of an A box: one 8-row group of the permuted A (one 128B swizzle atom when K-major)
+
+
+def wgmma_ring_boxes(operand: int, shape: tuple[int, int], num_warps: int, elem: int = 2
+                     ) -> list[tuple[tuple[int, int], tuple[int, int], int]]:
+    """The TMA boxes that fill a ring slot laid out as wgmma operand `operand` (0 = A, M x K; 1 = B, K x N; 16-bit
+    elements, 128B swizzle, the contiguous extent a multiple of 64 elements): per box ((row, col) of its first
+    element in the tile, box shape (rows, cols), byte offset in the slot). Every offset is a multiple of 1024, so
+    TMA's swizzle (16-byte chunk j of box row r at j ^ (r % 8)) is the one `operand_offset` applies."""
+    rows, cols = shape
+    per_row = TMA_SWIZZLE_ROW_BYTES // elem  # elements of one 128-byte row
+    if elem != 2 or cols % per_row or (operand == 0 and rows % RING_BOX_ROWS):
+        raise ValueError(f"no TMA ring boxes for operand {operand} of shape {shape} ({elem}-byte elements)")
+    boxes = []
+    if operand == 0:
+        for row in range(0, rows, RING_BOX_ROWS):
+            tile, hw_row = a_tile_row(row, num_warps)
+            for col in range(0, cols, per_row):
+                boxes.append(((row, col), (RING_BOX_ROWS, per_row), tile_offset(tile, hw_row, col, 64, cols, 128)))
+        return boxes
+    for col in range(0, cols, per_row):  # one column atom of K rows x 128 bytes (MN-major)
+        boxes.append(((0, col), (rows, per_row), (col // per_row) * rows * TMA_SWIZZLE_ROW_BYTES))
+    return boxes
+
 
 
 # ------------------------------------------------------------------------------------------ lowerings

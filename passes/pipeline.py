@@ -57,6 +57,25 @@ rings may exceed the static limit: they then go to dynamic shared memory (attr `
 func attr `dynamic_shared_memory` their total plus RING_ALIGN of alignment slack), within DYNAMIC_BUDGET less
 the static scratch estimate.
 
+TMA rings (docs/kernels/gemm.md v2). When such an asynchronous in-place loop's loads (128B-swizzled slots) read
+pointer tiles `X_ptr + rows[:, None] * stride + cols[None, :]` (rows / cols `origin + arange`, unit column stride,
+moved per iteration by a constant number of columns or a constant times `stride` rows) and the kernel has a
+TensorDescType argument `X_tma` whose box is the ring's (codegen/tma.py wgmma_ring_boxes: [8, BLOCK_K] for A,
+[BLOCK_K, 64] for B), the kernel promises that descriptor describes the same matrix (address, row pitch, and the
+bounds the load's mask tests, which TMA's zero fill then replaces), and the ring is filled by TMA instead:
+
+  %ring = mt.alloc_ring {stages = S, tma_barriers}                    one mbarrier per slot (codegen)
+  prologue, j < ahead:  mt.async_copy %ring, j, %X_tma, row_j, col_j, (iv_j < ub)     no groups
+  scf.for (..., %i, %read, %write, %phase):
+      mt.async_wait %ring, %read, %phase  (per ring; the last {barrier}: then a block barrier)
+      ... the dot on the slots ...;  mt.async_copy %ring, %write, %X_tma, row_{i+ahead}, col_{i+ahead}, valid
+      [mt.dot_wait {pending = 1}]
+  mt.dot_wait {pending = 0}                                             every fill was waited for: nothing drains
+with row_j = row origin + j * rows per iteration (likewise col_j); %phase (the parity of the slot's fill, i / S
+% 2) flips when %read wraps. The slot schedule, and what orders a refill after the dots that read the slot (the
+block barrier after the wait, every thread past its wgmma.wait_group of the previous iteration), are the cp.async
+ring's.
+
 num_stages: the func attr `num_stages` (the compiler sets it from the launch option, default 3), overridden by an
 int attr `num_stages` on the scf.for. Other rings live in static shared memory next to the codegen's scratch
 buffer: when S rings do not fit SMEM_BUDGET (DYNAMIC_BUDGET for in-place rings) with an estimate of the scratch
@@ -65,10 +84,12 @@ With num_stages < 2, no candidate load, or no room for two stages, the loop stay
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.layouts import blocked_for_shape, slice_of
 from minitriton.ir.ops import OPS
-from minitriton.ir.types import LayoutAttr, ScalarType, TensorType, i1, i64, layout, with_scalar
+from minitriton.ir.types import LayoutAttr, ScalarType, TensorDescType, TensorType, i1, i64, layout, with_scalar
 
 from .axis_info import AxisAnalysis
 from .dce import eliminate_dead_code
@@ -84,6 +105,7 @@ RING_ALIGN = 1024  # the 128B swizzle atom
 # From this many stages on, an async dot's loop refills the slot read two iterations back: one barrier per iteration.
 DEFERRED_WAIT_STAGES = 4
 STAGING_OPS = ("mt.convert_layout", "mt.local_alloc")
+TMA_SWIZZLE = 128  # TMA-fed rings: the 128B swizzle TMA and wgmma share
 
 
 @register_pass("pipeline")
@@ -118,8 +140,12 @@ def pipeline_function(func: Operation) -> bool:
                     > DYNAMIC_BUDGET:
                 stages -= 1
             if stages >= 2:
-                dynamic += _pipeline_loop(loop, loads, stages, direct, dynamic,  # type: ignore[arg-type]
-                                          _uniform_runs(analysis, loads))
+                sources = _tma_sources(func, loop, loads, direct)  # type: ignore[arg-type]
+                if sources is not None:
+                    dynamic += _pipeline_loop_tma(loop, loads, stages, direct, dynamic, sources)  # type: ignore
+                else:
+                    dynamic += _pipeline_loop(loop, loads, stages, direct, dynamic,  # type: ignore[arg-type]
+                                              _uniform_runs(analysis, loads))
                 changed = True
             continue
         while stages >= 2 and rings + stages * per_stage + _scratch_estimate(loop) > SMEM_BUDGET:
@@ -549,6 +575,240 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
         after.add("mt.dot_wait", [], [], pending=0)
     after.add("mt.async_wait", [], [], pending=0)
     return placed - offset
+
+
+# ------------------------------------------------------------------------------------------- TMA rings
+
+
+@dataclass(frozen=True)
+class _TmaSource:
+    """Where a load's tile comes from, for TMA: the descriptor argument, the tile's first (row, col) at iteration 0
+    (None: 0) and how far it moves per iteration, in elements."""
+
+    desc: Value
+    row0: Value | None
+    col0: Value | None
+    row_step: int
+    col_step: int
+
+
+def _tma_sources(func: Operation, loop: Operation, loads: list[Operation],
+                 direct: list[tuple[int, int]]) -> list[_TmaSource] | None:
+    """One _TmaSource per load when the loop can be fed by TMA (module docstring, "TMA rings"), else None."""
+    if _async_dot(loop, loads) is None or any(d[1] != TMA_SWIZZLE for d in direct):
+        return None
+    body = _Body(loop)
+    num_warps = int(func.attrs.get("num_warps", 4))
+    out = []
+    for load, (operand, _) in zip(loads, direct):
+        source = _tma_source(func, body, load, operand, num_warps)
+        if source is None:
+            return None
+        out.append(source)
+    return out
+
+
+def _tma_source(func: Operation, body: _Body, load: Operation, operand: int, num_warps: int) -> _TmaSource | None:
+    from minitriton.codegen.tma import wgmma_ring_boxes
+
+    t: TensorType = load.result.type  # type: ignore[assignment]
+    try:
+        box = wgmma_ring_boxes(operand, tuple(t.shape), num_warps, t.scalar.bytes)[0][1]  # type: ignore[arg-type]
+    except ValueError:
+        return None
+    ptr = _through_converts(load.operands[0])
+    index = body.carried_index(ptr)
+    inc = _increment(body, ptr)
+    if index is None or inc is None:
+        return None
+    terms = _pointer_terms(body.loop.operands[3 + index])
+    if terms is None:
+        return None
+    base, (row0, row_stride), col0 = terms
+    desc = _descriptor_argument(func, base)
+    if desc is None or desc.type.element != t.scalar or tuple(desc.type.block_shape) != tuple(box):  # type: ignore
+        return None
+    steps = _steps(inc, row_stride)
+    if steps is None:
+        return None
+    return _TmaSource(desc, row0, col0, steps[0], steps[1])
+
+
+def _descriptor_argument(func: Operation, base: Value) -> Value | None:
+    """The TensorDescType argument `<name>_tma` of a pointer argument `<name>_ptr` (the kernel's promise that it
+    describes the same matrix: pointer, row pitch and the bounds the load's mask tests)."""
+    block = func.regions[0].block
+    names = func.attrs.get("arg_names") or []
+    if base.owner is not block or base not in block.args or len(names) != len(block.args):
+        return None
+    name = names[block.args.index(base)]
+    if not name.endswith("_ptr"):
+        return None
+    want = name[:-len("_ptr")] + "_tma"
+    for arg, n in zip(block.args, names):
+        if n == want and isinstance(arg.type, TensorDescType):
+            return arg
+    return None
+
+
+def _strip(v: Value) -> Value:
+    """Through the ops that do not change which element a lane names (layout conversions, broadcasts)."""
+    while v.defining_op is not None and v.defining_op.name in ("mt.convert_layout", "mt.broadcast"):
+        v = v.defining_op.operands[0]
+    return v
+
+
+def _pointer_terms(ptr: Value) -> tuple[Value, tuple[Value | None, Value], Value | None] | None:
+    """(base pointer, (first row, row stride), first col) of a pointer tile `base + rows[:, None] * stride +
+    cols[None, :]` (rows / cols `first + arange(0, n)` or `arange(0, n)`; unit column stride); None otherwise."""
+    v, terms = _strip(ptr), []
+    while v.defining_op is not None and v.defining_op.name == "mt.addptr":
+        terms.append(_strip(v.defining_op.operands[1]))
+        v = _strip(v.defining_op.operands[0])
+    if v.defining_op is None or v.defining_op.name != "mt.splat" or len(terms) != 2:
+        return None
+    base = v.defining_op.operands[0]
+    row = col = None
+    for term in terms:
+        op = term.defining_op
+        if op is not None and op.name == "mt.expand_dims" and op.attrs.get("axis") == 0:
+            col = ("col", _index_origin(op.operands[0]))
+        elif op is not None and op.name == "mt.mul":
+            for a, b in (op.operands, op.operands[::-1]):
+                a_op, b_op = _strip(a).defining_op, _strip(b).defining_op
+                if a_op is not None and a_op.name == "mt.expand_dims" and a_op.attrs.get("axis") == 1 \
+                        and b_op is not None and b_op.name == "mt.splat":
+                    row = (_index_origin(a_op.operands[0]), b_op.operands[0])
+                    break
+    if row is None or col is None or row[0] is False or col[1] is False:
+        return None
+    return base, row, col[1]  # type: ignore[return-value]
+
+
+def _index_origin(v: Value) -> Value | None | bool:
+    """s for an index vector `splat(s) + arange(0, n)`, None for `arange(0, n)`, False for anything else."""
+    v = _through_converts(v)
+    op = v.defining_op
+    if op is not None and op.name == "mt.arange" and op.attrs.get("start") == 0:
+        return None
+    if op is not None and op.name == "mt.add":
+        for a, b in (op.operands, op.operands[::-1]):
+            a_op, b_op = _through_converts(a).defining_op, _through_converts(b).defining_op
+            if a_op is not None and a_op.name == "mt.splat" and b_op is not None and b_op.name == "mt.arange" \
+                    and b_op.attrs.get("start") == 0:
+                return a_op.operands[0]
+    return False
+
+
+def _steps(inc: Value, row_stride: Value) -> tuple[int, int] | None:
+    """(rows, cols) the tile moves per iteration when the pointer increment is a constant c (c columns: the
+    column stride is 1) or a splat of c * row_stride (c rows)."""
+    op = _strip(inc).defining_op
+    if op is not None and op.name == "mt.splat":
+        op = op.operands[0].defining_op
+        if op is not None and op.name == "mt.mul":
+            for a, b in (op.operands, op.operands[::-1]):
+                c = _int_constant(a)
+                if c is not None and b is row_stride:
+                    return c, 0
+            return None
+    c = _int_constant(inc) if op is None or op.name != "mt.mul" else None
+    return (0, c) if c is not None else None
+
+
+def _int_constant(v: Value) -> int | None:
+    op = _strip(v).defining_op
+    if op is None or op.name == "mt.splat":
+        op = op.operands[0].defining_op if op is not None else None
+    if op is None or op.name != "mt.constant":
+        return None
+    value = op.attrs.get("value")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _pipeline_loop_tma(loop: Operation, loads: list[Operation], stages: int, direct: list[tuple[int, int]],
+                       offset: int, sources: list[_TmaSource]) -> int:
+    """The in-place async-dot schedule of `_pipeline_loop` with TMA copies (module docstring, "TMA rings"); the
+    bytes of the rings placed from `offset` on."""
+    body = _Body(loop)
+    async_dot = _async_dot(loop, loads)
+    assert async_dot is not None
+    deferred = stages >= DEFERRED_WAIT_STAGES
+    ahead = stages - 2 if deferred else stages - 1
+    block, parent = body.block, loop.parent
+    assert parent is not None
+    lb, ub, step = loop.operands[:3]
+    it: ScalarType = lb.type  # type: ignore[assignment]
+    pre = _Inserter(parent, loop, loop.loc)
+
+    rings, placed = [], offset
+    for load, d in zip(loads, direct):
+        ring_t = _ring_type(load, stages, d)
+        rings.append(pre.value("mt.alloc_ring", [], ring_t, stages=stages, planned_offset=placed,
+                               tma_barriers=True))
+        placed += -(-_tile_bytes(ring_t) // RING_ALIGN) * RING_ALIGN
+
+    def copy(ins: _Inserter, slot: Value, iteration: Value, valid: Value) -> None:
+        for ring, src in zip(rings, sources):
+            row = _coordinate(ins, src.row0, src.row_step, iteration, it)
+            col = _coordinate(ins, src.col0, src.col_step, iteration, it)
+            ins.add("mt.async_copy", [ring, slot, src.desc, row, col, valid], [])
+
+    for j in range(ahead):  # prologue: iterations 0 .. ahead-1
+        slot = pre.const(j, it)
+        iv_j = pre.value("mt.add", [lb, pre.value("mt.mul", [slot, step], it)], it) if j else lb
+        copy(pre, slot, slot, pre.value("mt.cmp", [iv_j, ub], i1, predicate="lt"))
+
+    index, read_slot, write_slot, phase = _carry(loop, [pre.const(0, it), pre.const(0, it), pre.const(ahead, it),
+                                                        pre.const(0, it)])
+    top = _Inserter(block, block.ops[0], loop.loc)
+    for n, ring in enumerate(rings):  # the slot's fill landed; then every thread is past its older dots' waits
+        top.add("mt.async_wait", [ring, read_slot, phase], [], **({"barrier": True} if n == len(rings) - 1 else {}))
+    func_op = _function_of(loop)
+    for load, d in zip(loads, direct):
+        view = top.value("mt.ring_slot", [rings[loads.index(load)], read_slot], _slot_type(load, d))
+        for staging, _ in _users(func_op, load.result):
+            loop.replace_all_uses(staging.result, view)
+            staging.erase()
+    put = _Inserter(block, block.ops[block.ops.index(async_dot) + 1], loop.loc)
+    iv_pf = put.value("mt.add", [body.iv, put.value("mt.mul", [put.const(ahead, it), step], it)], it)
+    valid = put.value("mt.cmp", [iv_pf, ub], i1, predicate="lt")
+    copy(put, write_slot, put.value("mt.add", [index, put.const(ahead, it)], it), valid)
+    if deferred:
+        put.add("mt.dot_wait", [], [], pending=1)
+    for load in loads:
+        load.erase()
+
+    yield_op = block.terminator
+    assert yield_op is not None
+    tail = _Inserter(block, yield_op, loop.loc)
+    one = tail.const(1, it)
+    yield_op.operands.append(tail.value("mt.add", [index, one], it))
+    wraps = tail.value("mt.cmp", [read_slot, tail.const(stages - 1, it)], i1, predicate="eq")
+    for slot in (read_slot, write_slot):
+        last = wraps if slot is read_slot else tail.value("mt.cmp", [slot, tail.const(stages - 1, it)], i1,
+                                                             predicate="eq")
+        yield_op.operands.append(tail.value("mt.select", [last, tail.const(0, it),
+                                                          tail.value("mt.add", [slot, one], it)], it))
+    yield_op.operands.append(tail.value("mt.select", [wraps, tail.value("mt.sub", [one, phase], it), phase], it))
+
+    async_dot.attrs["async_groups"] = 1
+    if deferred:
+        async_dot.attrs["deferred_wait"] = True
+    at = parent.ops.index(loop) + 1
+    after = _Inserter(parent, parent.ops[at] if at < len(parent.ops) else None, loop.loc)
+    after.add("mt.dot_wait", [], [], pending=0)  # every fill was waited for in the loop: no copy is in flight
+    return placed - offset
+
+
+def _coordinate(ins: _Inserter, origin: Value | None, per_iteration: int, iteration: Value, it: ScalarType) -> Value:
+    """origin + iteration * per_iteration (i32), folded where parts are zero."""
+    moved = None
+    if per_iteration:
+        moved = ins.value("mt.mul", [iteration, ins.const(per_iteration, it)], it)
+    if origin is None:
+        return moved if moved is not None else ins.const(0, it)
+    return origin if moved is None else ins.value("mt.add", [origin, moved], it)
 
 
 def _carry(loop: Operation, inits: list[Value]) -> list[Value]:

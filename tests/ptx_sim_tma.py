@@ -27,7 +27,8 @@ mbarriers (`.b64` shared variables; generic loads and stores to them are errors)
         true when the phase of that parity has completed (the current phase's parity differs). A phase completes
         when all arrivals came and the transaction count is back to 0; tx below 0 is an error. Because the threads
         run in lockstep and copies complete at once, a false answer means the loop would spin forever: an error.
-        Bytes a TMA load wrote can be read (ld.shared) only after a successful wait on its barrier.
+        Bytes a TMA load wrote can be read (ld.shared) only after a successful wait on its barrier, and a TMA load
+        may not land in bytes an in-flight wgmma (not yet covered by wgmma.wait_group) reads.
 """
 from __future__ import annotations
 
@@ -271,6 +272,7 @@ class TmaUnit:
                 raise SimError("TMA load overwrites shared memory threads accessed since the last bar.sync")
             if np.any(self.unfenced[span] != -1):
                 raise SimError("TMA load over generic writes not ordered by fence.proxy.async")
+            self.check_not_read_by_running_wgmma(start, tm.box_bytes)
             addrs, inside = box_addresses(tm, coords)
             data = np.zeros((addrs.size, tm.elem), dtype=np.uint8)
             if inside.any():
@@ -302,6 +304,18 @@ class TmaUnit:
             raise SimError(f"unsupported cp.async.bulk.tensor.{'.'.join(mods[3:])}")
         if rank != len(tm.box):
             raise SimError(f".{rank}d copy with a rank-{len(tm.box)} tensor map")
+
+    def check_not_read_by_running_wgmma(self, start: int, nbytes: int) -> None:
+        """A TMA load must not land in bytes a wgmma not yet covered by wgmma.wait_group reads (TMA-fed rings)."""
+        tc = getattr(self.cta, "tc", None)
+        if tc is None:
+            return
+        span = np.arange(start, start + nbytes)
+        for group in tc.pending_reads:
+            for read in group:
+                if np.isin(span, read).any():
+                    raise SimError("a TMA load into shared memory an in-flight wgmma reads (its group was not "
+                                   "covered by wgmma.wait_group)")
 
     def bulk_group(self, kind: str, ops: list[str], mask: np.ndarray) -> None:
         if not mask.any():

@@ -10,9 +10,15 @@
    order).
 3. The simulator catches a read of a slot whose group was not waited for, and a read before the bar.sync that
    publishes other threads' copies.
+4. The Hopper in-place wgmma ring (cp.async) and its epilogue (see the tests' docstrings).
+5. The TMA-fed ring (docs/kernels/gemm.md v2): the TMA boxes lay a slot out exactly as wgmma reads it, the host
+   encodes pointer tensor maps once, the pass rewrites the copies (and only with descriptors in the ring's boxes),
+   the simulator runs it against torch at ragged sizes and catches three broken variants, ptxas assembles the
+   GEMM configs without spills, and the kernel interprets.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from typing import Any
@@ -450,3 +456,275 @@ def test_simulated_specialized_matmul_with_vector_epilogue(stages: int, gen: tor
     run_ptx(ptx, name, (tiles, 1, 1), got, 256)
     ref = args[0][:, :k].double() @ args[1][:, :n].double()
     assert (got[2][:, :n].double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+
+
+# ------------------------------------------------------------------ the TMA ring's layout contract (gemm.md v2)
+
+
+@pytest.mark.parametrize("operand,shape,warps", [
+    (0, (128, 64), 8), (0, (128, 64), 4), (0, (64, 64), 4), (0, (128, 128), 8), (0, (256, 64), 8),
+    (1, (64, 256), 8), (1, (64, 128), 8), (1, (128, 64), 4)])
+def test_tma_ring_boxes_lay_out_the_wgmma_operand(operand: int, shape: tuple[int, int], warps: int) -> None:
+    """Landing with TMA's 128B swizzle (16-byte chunk j of box row r at chunk j ^ (r % 8): the H200 rule, applied
+    to address bits, so each box must start 1024-aligned), the boxes of `wgmma_ring_boxes` put every element of
+    the tile exactly where the cp.async ring puts it (codegen/wgmma.py operand_offset, what wgmma reads), and
+    cover the slot once. A's permuted rows: 8-row boxes (16 for 128 rows at K = 64)."""
+    from minitriton.codegen.tma import wgmma_ring_boxes
+    from minitriton.codegen.wgmma import operand_offset
+
+    want = operand_offset(operand, shape, 128, warps)
+    seen = set()
+    boxes = wgmma_ring_boxes(operand, shape, warps)
+    for (row0, col0), (rows, cols), dst in boxes:
+        assert dst % 1024 == 0 and cols * 2 == 128
+        for r in range(rows):
+            for c in range(cols):
+                chunk, byte = divmod(2 * c, 16)
+                landed = dst + 128 * r + 16 * (chunk ^ (r % 8)) + byte
+                assert landed == want(row0 + r, col0 + c), (row0 + r, col0 + c)
+                seen.add(landed)
+    assert seen == set(range(0, 2 * shape[0] * shape[1], 2))
+    assert len(boxes) == (shape[0] // 8 * shape[1] // 64 if operand == 0 else shape[1] // 64)
+
+
+def test_tma_ring_boxes_reject_what_tma_cannot_fill() -> None:
+    from minitriton.codegen.tma import wgmma_ring_boxes
+
+    with pytest.raises(ValueError):
+        wgmma_ring_boxes(0, (128, 32), 8)  # 64-byte rows: not the 128B swizzle
+    with pytest.raises(ValueError):
+        wgmma_ring_boxes(1, (64, 256), 8, elem=4)
+
+
+def test_pointer_tensor_maps_are_encoded_once_per_argument_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime/tma.py pointer_tensor_map: cuTensorMapEncodeTiled (replaced by a recorder) gets the matrix
+    innermost first with the row pitch in bytes and the ring box; equal arguments hit the cache."""
+    import ctypes
+
+    from cuda.bindings import driver as cu
+
+    from minitriton.runtime import tma
+
+    calls: list = []
+
+    class FakeMap:
+        def __init__(self, data: bytes):
+            self.buffer = ctypes.create_string_buffer(data, len(data))
+
+        def getPtr(self) -> int:  # noqa: N802 - cuda-bindings' spelling
+            return ctypes.addressof(self.buffer)
+
+    def fake(*args: Any) -> tuple:
+        calls.append(args)
+        return cu.CUresult.CUDA_SUCCESS, FakeMap(bytes((len(calls) + i) % 256 for i in range(128)))
+
+    monkeypatch.setattr(cu, "cuTensorMapEncodeTiled", fake)
+    tma.clear_cache()
+    try:
+        first = tma.pointer_tensor_map(0x10000, bf16, 1000, 136, 144, (8, 64), 128)
+        assert tma.pointer_tensor_map(0x10000, bf16, 1000, 136, 144, (8, 64), 128) == first and len(calls) == 1
+        other = tma.pointer_tensor_map(0x10000, bf16, 1000, 136, 144, (64, 64), 128)
+        assert other != first and len(calls) == 2
+        args = calls[0]
+        assert args[1] == 2 and args[2] == 0x10000
+        assert [int(d) for d in args[3]] == [136, 1000] and [int(s) for s in args[4]] == [288]
+        assert [int(b) for b in args[5]] == [64, 8]
+        assert args[8] == cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B
+    finally:
+        tma.clear_cache()
+    with pytest.raises(tma.TensorDescriptorError):
+        tma.pointer_map_arguments(0x10008, bf16, 64, 64, 64, (8, 64), 128)  # misaligned base
+    with pytest.raises(tma.TensorDescriptorError):
+        tma.pointer_map_arguments(0x10000, bf16, 64, 64, 60, (8, 64), 128)  # 120-byte row pitch
+    with pytest.raises(tma.TensorDescriptorError):
+        tma.pointer_map_arguments(0x10000, bf16, 64, 64, 64, (8, 32), 128)  # box row != swizzle span
+
+
+# ------------------------------------------------------------------------- TMA-fed rings (gemm.md v2)
+
+TMA_ARGS = ("a_tma", "b_tma")
+
+
+def make_tma_ring(block: tuple[int, int, int], warps: int, stages: int, group_m: int = 0,
+                  a_box: tuple[int, int] | None = None, passes: list[str] | None = None) -> Module:
+    """matmul_tma_ring_kernel specialized like make_tiled (or, with group_m, like make_config for 8192^3), with
+    descriptors in the ring's boxes ([8, BLOCK_K] for A unless `a_box`, [BLOCK_K, 64] for B)."""
+    from minitriton.runtime.tma import parse_descriptor_code
+
+    bm, bn, bk = block
+    a_box = a_box or (8, bk)
+    types: dict[str, Any] = {a: PointerType(bf16) if a.endswith("ptr") else i32 for a in MM}
+    types["a_tma"] = parse_descriptor_code(f"tensordesc<bf16[{a_box[0]},{a_box[1]}]>")
+    types["b_tma"] = parse_descriptor_code(f"tensordesc<bf16[{bk},64]>")
+    divisible = PITCHES + (("M", "N", "K") if group_m else ())
+    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, **({"GROUP_M": group_m} if group_m else {})}
+    module = compile_to_ir(matmul.matmul_tma_ring_kernel, types, constexprs,
+                           divisibility={a: 16 for a in MM if a.endswith("ptr") or a in divisible},
+                           equal_to_one={"stride_ak", "stride_bn", "stride_cn"}, num_warps=warps)
+    module.functions[0].attrs["num_stages"] = stages
+    return run_passes(module, passes or ["canonicalize"] + LOWERING)
+
+
+def tma_ring_args(g: torch.Generator, m: int, n: int, k: int, block_k: int) -> list[Any]:
+    """matmul_args plus the two descriptors, over the same (unpadded) A and B views."""
+    args = matmul_args(g, m, n, k)
+    return args + list(matmul.tma_ring_descriptors(args[0][:, :k], args[1][:, :n], block_k))
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_tma_ring_replaces_the_cp_async_copies(stages: int) -> None:
+    """With `a_tma` / `b_tma` descriptors in the ring's boxes, the in-place wgmma ring is filled by TMA: each
+    mt.async_copy takes (ring, slot, descriptor, row, col, valid), the rings have slot barriers, the loop top waits
+    on both slots' barriers (one block barrier after the second), nothing is committed or drained, and the copies
+    still follow the dot (S = 4: into the slot read two iterations back, then mt.dot_wait {pending = 1})."""
+    text = str(make_tma_ring((128, 128, 64), 8, stages))
+    assert text.count("tma_barriers = true") == 2
+    assert "mt.async_commit" not in text and '"mt.async_wait"() {pending' not in text
+    copies = re.findall(r'"mt.async_copy"\(([^)]*)\)', text)
+    ahead = stages - 1 if stages < 4 else stages - 2  # prologue fills; the body issues one more
+    assert len(copies) == 2 * (ahead + 1) and all(len(c.split(", ")) == 6 for c in copies)
+    assert all("!mt.tensordesc" in line for line in text.splitlines() if '"mt.async_copy"' in line)
+    body = text.split('"scf.for"')[1]
+    waits = re.findall(r'"mt.async_wait"\(%\w+, (%\w+), (%\w+)\)( \{barrier = true\})?', body)
+    assert len(waits) == 2 and waits[0][:2] == waits[1][:2] and not waits[0][2] and waits[1][2]
+    assert body.index('"mt.async_wait"') < body.index('"mt.ring_slot"') < body.index('"mt.dot"') \
+        < body.index('"mt.async_copy"') < body.index('"scf.yield"')
+    assert ('"mt.dot_wait"() {pending = 1}' in body) == (stages == 4)
+    assert text.index('"mt.dot_wait"() {pending = 0}') > text.rindex('"scf.yield"')
+
+
+def test_tma_ring_needs_descriptors_in_the_ring_boxes() -> None:
+    """The plain kernel, and the TMA kernel given an A descriptor of other boxes, keep the cp.async ring."""
+    for module in (make_tiled((128, 128, 64), 8, 4), make_tma_ring((128, 128, 64), 8, 4, a_box=(16, 64))):
+        text = str(module)
+        assert "tma_barriers" not in text and '"mt.async_wait"() {pending = 1}' in text
+
+
+@pytest.mark.parametrize("block,warps,stages,shape", [
+    ((64, 128, 64), 4, 3, (70, 200, 100)),      # one warpgroup; K not a multiple of 64: TMA zero-fills
+    ((128, 128, 64), 8, 3, (130, 140, 100)),    # two warpgroups: A's 8-row boxes land in permuted row groups
+    ((128, 128, 64), 8, 4, (130, 140, 300)),    # deferred wait: slot i - 2 refilled under the running dot
+    ((128, 256, 64), 8, 4, (150, 270, 96)),     # m64n256, four B column atoms per stage
+])
+def test_simulated_tma_ring_matches_torch(block: tuple[int, int, int], warps: int, stages: int,
+                                          shape: tuple[int, int, int], gen: torch.Generator) -> None:
+    """The TMA-fed wgmma matmul at ragged sizes through the PTX simulator (TMA boxes with the 128B swizzle and zero
+    fill, mbarrier phases, reads only after the wait, no TMA into bytes an in-flight wgmma reads) against float64
+    torch (bf16 output rounding); the C padding stays untouched."""
+    m, n, k = shape
+    args = tma_ring_args(gen, m, n, k, block[2])
+    ptx, name = ptx_of(make_tma_ring(block, warps, stages))
+    assert "cp.async.cg" not in ptx and "cp.async.wait_group" not in ptx
+    got = clone_args(args)
+    run_ptx(ptx, name, (-(-m // block[0]), -(-n // block[1]), 1), got, 32 * warps)
+    ref = args[0][:, :k].double() @ args[1][:, :n].double()
+    assert (got[2][:, :n].double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+    assert torch.isnan(got[2][:, n:]).all()
+
+
+def _without_waits(ptx: str) -> str:
+    return re.sub(r"\$L_ring_wait_\d+:\n\s*mbarrier.try_wait[^\n]*\n\s*@!%p\d+ bra \$L_ring_wait_\d+;\n", "", ptx)
+
+
+def _fixed_parity(ptx: str) -> str:
+    return re.sub(r"(mbarrier.try_wait.parity.shared::cta.b64 %p\d+, \[%r\d+\]), %r\d+;", r"\1, 0;", ptx)
+
+
+@pytest.mark.parametrize("mutation,error", [
+    (_without_waits, "before waiting on its mbarrier"),  # wgmma reads a slot whose TMA load was not waited for
+    (_fixed_parity, "deadlock"),  # the phase parity does not flip per lap of the ring
+    (lambda p: p.replace("wgmma.wait_group.sync.aligned 1;", ""), "in-flight wgmma"),  # refill under a running dot
+])
+def test_simulator_catches_broken_tma_rings(mutation: Any, error: str, gen: torch.Generator) -> None:
+    ptx, name = ptx_of(make_tma_ring((64, 128, 64), 4, 4))
+    broken = mutation(ptx)
+    assert broken != ptx
+    with pytest.raises(SimError, match=error):
+        run_ptx(broken, name, (1, 1, 1), tma_ring_args(gen, 64, 128, 320, 64), 128)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("block,warps,stages,max_registers", [
+    ((128, 256, 64), 8, 4, 176), ((128, 256, 64), 8, 3, 176), ((128, 128, 64), 8, 5, 104),
+    ((128, 128, 64), 8, 4, 104)])
+def test_tma_ring_configs_assemble(block: tuple[int, int, int], warps: int, stages: int,
+                                   max_registers: int) -> None:
+    """The MATMUL_CONFIGS tiles fed by TMA (as the JIT specializes 8192^3): ptxas accepts them without warnings
+    or wgmma serialization, no spills, fewer registers than the cp.async ring (222 / 122: the copies' address math
+    is gone), shared memory within an sm_90 block's 227 KB; per stage one expect_tx per ring, BLOCK_M / 8 A boxes
+    and BLOCK_N / 64 B boxes."""
+    bm, bn, bk = block
+    module = make_tma_ring(block, warps, stages, group_m=8, passes=PIPELINE)
+    ptx, _ = ptx_of(module)
+    report = run_ptxas(emit_ptx(module, module.functions[0].attrs["sym_name"]))
+    assert not serialized(report.log) and "warning" not in report.log.lower(), report.log
+    assert report.spill_stores == 0 and report.registers <= max_registers, report.log
+    assert report.smem + module.functions[0].attrs["dynamic_shared_memory"] <= 227 * 1024
+    fills = stages - 1 if stages < 4 else stages - 2  # prologue fills; the loop body issues one more
+    assert ptx.count("cp.async.bulk.tensor.2d") == (fills + 1) * (bm // 8 + bn // 64)
+    assert ptx.count("mbarrier.arrive.expect_tx") == (fills + 1) * 2
+    assert "cp.async.cg" not in ptx and "mbarrier.try_wait.parity" in ptx and "wgmma.mma_async" in ptx
+
+
+def test_tma_ring_matmul_interprets(monkeypatch: pytest.MonkeyPatch, gen: torch.Generator) -> None:
+    """matmul_tma_ring under MINITRITON_INTERPRET=1 at a GEMM config (the interpreter runs the tile IR: the loads
+    define the result, the descriptors ride along)."""
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+    a = torch.randn(130, 96, generator=gen).bfloat16()
+    b = torch.randn(96, 136, generator=gen).bfloat16()
+    c = matmul.matmul_tma_ring(a, b, matmul.MATMUL_CONFIGS[2])
+    ref = a.double() @ b.double()
+    assert (c.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+
+
+_GPU_TMA_RING_CHECK = """
+import sys, torch
+from minitriton.kernels.examples import matmul
+config = matmul.MATMUL_CONFIGS[int(sys.argv[1])]
+for m, n, k in [(1000, 600, 520), (130, 264, 136), (64, 512, 1024), (256, 256, 64)]:
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
+    ref = a.double() @ b.double()
+    c = matmul.matmul_tma_ring(a, b, config)
+    torch.cuda.synchronize()
+    rel = ((c.double() - ref).norm() / ref.norm()).item()
+    assert rel <= 1e-2, f"{config} {m}x{n}x{k}: relative error {rel}"
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the H200)")
+@pytest.mark.parametrize("config_index", [0, 1, 2, 3])
+def test_gpu_tma_ring_matmul_matches_torch(config_index: int) -> None:
+    """matmul_tma_ring at each 128-row MATMUL_CONFIG on ragged and tiny shapes against torch (relative error
+    <= 1e-2), each config in a process of its own (a TMA fault loses the process's CUDA context: docs/tma.md)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _GPU_TMA_RING_CHECK, str(config_index)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "MINITRITON_INTERPRET": "0"})
+    assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
+
+
+def test_gemm_ab_lists_its_variants_and_formats_a_table(capsys: pytest.CaptureFixture,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """tools/gemm_ab.py (GPU-only timing) imports, lists every variant's configs and renders rows without a GPU."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "gemm_ab.py"
+    spec = importlib.util.spec_from_file_location("gemm_ab", path)
+    gemm_ab = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "gemm_ab", gemm_ab)
+    spec.loader.exec_module(gemm_ab)  # type: ignore[union-attr]
+    assert gemm_ab.main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"{v}:" in listed for v in ("cp.async-ring", "tma-ring", "tma-unpipelined"))
+    assert listed.count("128x256x64 w8 s4") == 2
+    table = gemm_ab.format_table([("4096^3", "torch", "cuBLAS", 200.0, 200.0, "ok"),
+                                  ("4096^3", "tma-ring", "128x256x64 w8 s4", 210.0, 200.0, "rel err 3e-03"),
+                                  ("4096^3", "tma-ring", "128x128x64 w8 s5", None, 200.0, "wrong: relative error")])
+    assert "95.2" in table and "654.5" in table and "wrong" in table

@@ -62,11 +62,82 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION)
 
 
+@mt.kernel
+def matmul_tma_ring_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
+                           stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, a_tma, b_tma,
+                           BLOCK_M: mt.constexpr, BLOCK_N: mt.constexpr, BLOCK_K: mt.constexpr,
+                           HAS_BIAS: mt.constexpr = False, ACTIVATION: mt.constexpr = "none",
+                           GROUP_M: mt.constexpr = 0):
+    """matmul_kernel with the Hopper main loop fed by TMA (docs/kernels/gemm.md v2; `matmul_tma_ring`).
+
+    a_tma / b_tma describe the same A and B as a_ptr / b_ptr (and M, N, K, the row strides) in the boxes the
+    wgmma ring slots are filled with (codegen/tma.py wgmma_ring_boxes: [8, BLOCK_K] for A, [BLOCK_K, 64] for B).
+    The code below never reads them: the loads define what the kernel computes (the interpreter and the mma.sync
+    path run them); on Hopper the pipeline pass replaces their ring copies with TMA copies from the descriptor
+    named like the pointer (a_ptr -> a_tma), one mbarrier per slot."""
+    if GROUP_M > 0:
+        pid = mt.program_id(0)
+        num_pid_m = mt.cdiv(M, BLOCK_M)
+        num_pid_n = mt.cdiv(N, BLOCK_N)
+        in_group = GROUP_M * num_pid_n
+        first_m = (pid // in_group) * GROUP_M
+        group_rows = min(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % in_group) % group_rows
+        pid_n = (pid % in_group) // group_rows
+    else:
+        pid_m = mt.program_id(0)
+        pid_n = mt.program_id(1)
+    rm = pid_m * BLOCK_M + mt.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + mt.arange(0, BLOCK_N)
+    rk = mt.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = mt.zeros((BLOCK_M, BLOCK_N), mt.float32)
+    for k in range(0, K, BLOCK_K):
+        a = mt.load(a_ptrs, mask=(rm[:, None] < M) & (k + rk[None, :] < K), other=0.0)
+        b = mt.load(b_ptrs, mask=(k + rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = mt.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION)
+
+
+TMA_RING_B_COLUMNS = 64  # columns of a B box: one 128-byte column atom of the MN-major slot
+
+
+def tma_ring_descriptors(a: torch.Tensor, b: torch.Tensor, block_k: int) -> tuple[mt.TensorDescriptor,
+                                                                                 mt.TensorDescriptor]:
+    """The descriptors matmul_tma_ring_kernel takes: A (M x K) in [8, BLOCK_K] boxes, B (K x N) in
+    [BLOCK_K, 64] boxes (tensor maps are cached per tensor and box by the runtime)."""
+    return (mt.TensorDescriptor.from_tensor(a, [8, block_k]),
+            mt.TensorDescriptor.from_tensor(b, [block_k, TMA_RING_B_COLUMNS]))
+
+
+def matmul_tma_ring(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None) -> torch.Tensor:
+    """a @ b (bf16, fp32 accumulation) with matmul_tma_ring_kernel at `config` (default the first of
+    MATMUL_CONFIGS). a and b need unit inner strides and 16-byte aligned rows (TMA)."""
+    M, N, K = problem_size(a, b)
+    config = config or MATMUL_CONFIGS[0]
+    meta = dict(config.kwargs)
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    options = {k: v for k, v in (("num_warps", config.num_warps), ("num_stages", config.num_stages)) if v}
+    a_tma, b_tma = tma_ring_descriptors(a, b, meta["BLOCK_K"])
+    matmul_tma_ring_kernel[_matmul_grid({"M": M, "N": N, **meta})](
+        a, b, c, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        a_tma, b_tma, **meta, **options)
+    return c
+
+
 # Row-major operands as the JIT sees them: 16-byte aligned pointers, strides multiples of 16, unit inner strides.
 _SIG = ("a_ptr:*bf16:16,b_ptr:*bf16:16,c_ptr:*bf16:16,bias_ptr:*bf16:16,M:i32,N:i32,K:i32,stride_am:i32:16,"
         "stride_ak:i32=1,stride_bk:i32:16,stride_bn:i32=1,stride_cm:i32:16,stride_cn:i32=1")
 matmul_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
 matmul_kernel.specialize(signature=_SIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, HAS_BIAS=True, ACTIVATION="gelu")
+# The TMA-fed ring at the 128x128x64 config (M, N, K multiples of 16 as at 8192^3; descriptors in the ring's boxes).
+_TMA_RING_SIG = (_SIG.replace("M:i32,N:i32,K:i32", "M:i32:16,N:i32:16,K:i32:16")
+                 + ",a_tma:tensordesc<bf16[8,64]>,b_tma:tensordesc<bf16[64,64]>")
+matmul_tma_ring_kernel.specialize(signature=_TMA_RING_SIG, num_warps=8, num_stages=4, BLOCK_M=128, BLOCK_N=128,
+                                  BLOCK_K=64, GROUP_M=8)
 
 
 def problem_size(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:

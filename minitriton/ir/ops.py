@@ -299,8 +299,12 @@ def _alloc_ring(o: Operation) -> None:
 
 @op("mt.async_copy", "Starts copying the pointees of a tile of pointers into slot `slot` of a ring; operands (ring, "
     "slot, ptr[, mask]). Masked-off lanes write 0 (cp.async's zero fill). The copy joins the current group; it is "
-    "complete once an mt.async_wait has left fewer groups pending than were committed after it.", pure=False)
+    "complete once an mt.async_wait has left fewer groups pending than were committed after it. TMA form: operands "
+    "(ring, slot, desc, row, col, valid), see _tma_ring_copy.", pure=False)
 def _async_copy(o: Operation) -> None:
+    if len(o.operands) > 2 and isinstance(o.operands[2].type, TensorDescType):
+        _tma_ring_copy(o)
+        return
     counts(o, (3, 4), 0)
     ring = _ring_of(o)
     _slot_operand(o, 1)
@@ -311,14 +315,40 @@ def _async_copy(o: Operation) -> None:
         fail(o, f"mask must be {with_scalar(p, i1)}")
 
 
+def _tma_ring_copy(o: Operation) -> None:
+    """The TMA form of mt.async_copy (passes/pipeline.py, rings read in place by wgmma): operands (ring, slot, desc,
+    row, col, valid): one thread copies the tile whose first element is (row, col) of the descriptor's tensor into
+    the slot, in the descriptor's boxes (zeros outside the tensor), completing on the slot's mbarrier (the ring has
+    attr `tma_barriers`); nothing when `valid` is false. Not part of a cp.async group: an mt.async_wait with
+    operands (ring, slot, phase) waits for it."""
+    counts(o, 6, 0)
+    ring = _ring_of(o)
+    _slot_operand(o, 1)
+    desc: TensorDescType = o.operands[2].type  # type: ignore[assignment]
+    if desc.element != ring.scalar:
+        fail(o, f"a descriptor of {desc.element} cannot fill a ring of {ring.scalar}")
+    for i in (3, 4):
+        _slot_operand(o, i)
+    if o.operands[5].type != i1:
+        fail(o, f"valid must be i1, got {o.operands[5].type}")
+
+
 @op("mt.async_commit", "Closes the current group of mt.async_copy ops (cp.async.commit_group).", pure=False)
 def _async_commit(o: Operation) -> None:
     counts(o, 0, 0)
 
 
 @op("mt.async_wait", "Waits until at most `pending` committed groups of async copies are incomplete "
-    "(cp.async.wait_group pending), then makes their data visible to the whole block.", pure=False)
+    "(cp.async.wait_group pending), then makes their data visible to the whole block. With operands (ring, slot, "
+    "phase) instead (TMA rings): waits until the TMA copies into the slot of the fill whose phase parity is `phase` "
+    "(fill j of a slot has parity j % 2) landed; with attr `barrier`, then a block barrier.", pure=False)
 def _async_wait(o: Operation) -> None:
+    if o.operands:  # the TMA form: (ring, slot, phase): the slot's mbarrier completed the phase of that parity
+        counts(o, 3, 0)
+        _ring_of(o)
+        _slot_operand(o, 1)
+        _slot_operand(o, 2)
+        return
     _pending_count(o)
 
 

@@ -19,6 +19,11 @@ aligned base address, a contiguous innermost dim, outer strides that are multipl
 with power-of-two dims of at most 256 and rows of a multiple of 16 bytes.
 
 Tensor maps are cached per (data_ptr, shape, strides, dtype, block): equal keys give identical tensor maps.
+
+`pointer_tensor_map(address, element, rows, cols, row_stride, box, swizzle)` encodes (cached) the map of a plain
+row-major matrix argument from raw launch values: what a launcher needs to feed a TMA ring from a kernel written
+with pointers only (docs/kernels/gemm.md v2; the launcher does not call it yet: today the kernel passes the
+descriptors, matmul.py matmul_tma_ring).
 """
 from __future__ import annotations
 
@@ -173,9 +178,13 @@ def encode_arguments(desc: TensorDescriptor) -> dict[str, Any]:
 
 def encode_tensor_map(desc: TensorDescriptor) -> bytes:
     """Call cuTensorMapEncodeTiled (cuda-bindings) and return the 128 bytes of the CUtensorMap."""
+    return _encode(encode_arguments(desc), repr(desc))
+
+
+def _encode(a: dict[str, Any], what: str) -> bytes:
+    """cuTensorMapEncodeTiled of the plain-value arguments `a` (encode_arguments' keys): the map's 128 bytes."""
     from cuda.bindings import driver as cu
 
-    a = encode_arguments(desc)
     result = cu.cuTensorMapEncodeTiled(
         getattr(cu.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + a["data_type"]), a["rank"], a["address"],
         [cu.cuuint64_t(d) for d in a["dims"]], [cu.cuuint64_t(s) for s in a["strides_bytes"]],
@@ -186,8 +195,49 @@ def encode_tensor_map(desc: TensorDescriptor) -> bytes:
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     err, tmap = result
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise TensorDescriptorError(f"cuTensorMapEncodeTiled failed ({err}) for {desc!r} with {a}")
+        raise TensorDescriptorError(f"cuTensorMapEncodeTiled failed ({err}) for {what} with {a}")
     return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
+
+
+# ------------------------------------------------------------------- tensor maps of plain pointer arguments
+
+
+def pointer_map_arguments(address: int, element: ScalarType, rows: int, cols: int, row_stride: int,
+                          box: Sequence[int], swizzle: int) -> dict[str, Any]:
+    """The cuTensorMapEncodeTiled arguments (encode_arguments' keys) of a row-major rows x cols matrix at global
+    `address` with `row_stride` elements between rows (a pointer argument and the kernel's size and stride
+    arguments), moved in boxes of `box` = (rows, cols) with `swizzle` (0 or 128): what a launch path builds for a
+    TMA-fed ring from a kernel written with plain pointers (codegen/tma.py wgmma_ring_boxes gives the boxes).
+    TensorDescriptorError when TMA cannot address it (the same rules as TensorDescriptor)."""
+    size = element.bytes
+    if element.name not in _TMA_DATA_TYPES or swizzle not in _SWIZZLE_ENUM:
+        raise TensorDescriptorError(f"no tensor map of {element} with swizzle {swizzle}")
+    if address % 16 or row_stride * size % 16 or not 0 < row_stride * size < MAX_STRIDE_BYTES:
+        raise TensorDescriptorError(f"TMA needs a 16-byte aligned address and a row pitch that is a positive "
+                                    f"multiple of 16 bytes, got {address:#x} and {row_stride} elements of {size} B")
+    if not (0 < rows <= MAX_DIM and 0 < cols <= MAX_DIM):
+        raise TensorDescriptorError(f"TMA needs dims between 1 and 2**32, got {rows} x {cols}")
+    box_rows, box_cols = (int(b) for b in box)
+    if not (0 < box_rows <= 256 and 0 < box_cols <= 256) or (swizzle and box_cols * size != swizzle):
+        raise TensorDescriptorError(f"box {list(box)} of {size}-byte elements: dims of at most 256, rows of exactly "
+                                    f"the {swizzle}-byte swizzle span")
+    return {"data_type": _TMA_DATA_TYPES[element.name], "rank": 2, "address": int(address),
+            "dims": [int(cols), int(rows)], "strides_bytes": [int(row_stride) * size],
+            "box": [box_cols, box_rows], "element_strides": [1, 1], "swizzle": swizzle}
+
+
+def pointer_tensor_map(address: int, element: ScalarType, rows: int, cols: int, row_stride: int,
+                       box: Sequence[int], swizzle: int) -> bytes:
+    """The 128-byte tensor map of pointer_map_arguments(...), encoded once per distinct arguments (cached)."""
+    a = pointer_map_arguments(address, element, rows, cols, row_stride, box, swizzle)
+    key = ("pointer", a["address"], element.name, rows, cols, row_stride, tuple(a["box"]), swizzle)
+    data = _cache.get(key)
+    if data is None:
+        data = _encode(a, f"a {rows} x {cols} {element} matrix at {address:#x}")
+        _remember(key, data)
+    else:
+        _cache.move_to_end(key)
+    return data
 
 
 def _cached_tensor_map(desc: TensorDescriptor) -> bytes:
@@ -195,14 +245,18 @@ def _cached_tensor_map(desc: TensorDescriptor) -> bytes:
     data = _cache.get(key)
     if data is None:
         data = encode_tensor_map(desc)
-        if len(data) != TENSOR_MAP_BYTES:
-            raise TensorDescriptorError(f"a tensor map has {TENSOR_MAP_BYTES} bytes, the encoder gave {len(data)}")
-        _cache[key] = data
-        if len(_cache) > CACHE_ENTRIES:
-            _cache.popitem(last=False)
+        _remember(key, data)
     else:
         _cache.move_to_end(key)
     return data
+
+
+def _remember(key: tuple, data: bytes) -> None:
+    if len(data) != TENSOR_MAP_BYTES:
+        raise TensorDescriptorError(f"a tensor map has {TENSOR_MAP_BYTES} bytes, the encoder gave {len(data)}")
+    _cache[key] = data
+    if len(_cache) > CACHE_ENTRIES:
+        _cache.popitem(last=False)
 
 
 def clear_cache() -> None:

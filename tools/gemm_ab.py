@@ -1,0 +1,202 @@
+"""A/B of the GEMM's main-loop variants on the GPU, next to torch.matmul (cuBLAS) in the same process.
+
+    python tools/gemm_ab.py                 every variant, every shape (8192^3, 4096^3, 64x8192x8192)
+    python tools/gemm_ab.py --shapes 4096^3 --variants cp.async-ring
+    python tools/gemm_ab.py --list          the variants and their configs (no GPU needed)
+
+Variants (each a kernel of minitriton.kernels.examples and the configs it is timed with; the row reports each
+config and the best):
+  cp.async-ring   matmul.py's matmul_kernel, every MATMUL_CONFIG: cp.async from every thread into the wgmma-laid-out
+                  ring (passes/pipeline.py), wgmma reading the slots in place (docs/kernels/gemm.md v1)
+  tma-ring        matmul.py's matmul_tma_ring (matmul_tma_ring_kernel), the same four configs: the same ring and
+                  schedule filled by TMA from thread 0 (16 [8, 64] A boxes + BLOCK_N / 64 [64, 64] B boxes per
+                  stage, one mbarrier per slot; docs/kernels/gemm.md v2)
+  tma-unpipelined matmul_tma.py's matmul_tma_kernel at 128x128x64 / 8 warps: one TMA box per operand per K step,
+                  waited for at once (no ring): the TMA datapath without overlap
+TMA + warp specialization is not built yet (docs/kernels/gemm.md v2): when it is, it is one more entry of VARIANTS.
+
+Every result is checked against torch on the same inputs before it is timed (relative Frobenius error of the bf16
+output against the float64 product <= 1e-2); a failing or crashing config is reported, not timed. Times are
+medians of benchmarks/harness.py do_bench (L2 flushed per call), TFLOP/s = 2 M N K / time; `% cuBLAS` is
+torch's time over ours.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SHAPES = {"8192^3": (8192, 8192, 8192), "4096^3": (4096, 4096, 4096), "64x8192x8192": (64, 8192, 8192)}
+REL_TOL = 1e-2
+
+Launch = Callable[[Any, Any], Any]  # (a, b) -> c
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A kernel variant: named configs, each a function (a, b) -> c that allocates C and launches."""
+
+    name: str
+    doc: str
+    configs: Callable[[], dict[str, Launch]]
+
+
+def _ring_configs() -> dict[str, Launch]:
+    import torch
+
+    import minitriton as mt
+    from minitriton.kernels.examples import matmul as mm
+
+    out: dict[str, Launch] = {}
+    for config in mm.MATMUL_CONFIGS:
+        meta = dict(config.kwargs)
+        if meta["BLOCK_M"] < 128:  # the small-problem / interpreter config
+            continue
+        name = f"{meta['BLOCK_M']}x{meta['BLOCK_N']}x{meta['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
+
+        def launch(a: Any, b: Any, meta: dict = meta, config: Any = config) -> Any:
+            (m, k), n = a.shape, b.shape[1]
+            c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+            tiles = (mt.cdiv(m, meta["BLOCK_M"]), mt.cdiv(n, meta["BLOCK_N"]))
+            grid = (tiles[0] * tiles[1],) if meta.get("GROUP_M", 0) else tiles
+            mm.matmul_kernel[grid](a, b, c, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                   c.stride(0), c.stride(1), **meta, num_warps=config.num_warps,
+                                   num_stages=config.num_stages)
+            return c
+
+        out[name] = launch
+    return out
+
+
+def _tma_ring_configs() -> dict[str, Launch]:
+    from minitriton.kernels.examples import matmul as mm
+
+    out: dict[str, Launch] = {}
+    for config in mm.MATMUL_CONFIGS:
+        meta = dict(config.kwargs)
+        if meta["BLOCK_M"] < 128:
+            continue
+        name = f"{meta['BLOCK_M']}x{meta['BLOCK_N']}x{meta['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
+        out[name] = lambda a, b, config=config: mm.matmul_tma_ring(a, b, config)
+    return out
+
+
+def _tma_unpipelined_configs() -> dict[str, Launch]:
+    import torch
+
+    import minitriton as mt
+    from minitriton.kernels.examples import matmul_tma as mtma
+
+    bm, bn, bk, warps = 128, 128, 64, 8
+
+    def launch(a: Any, b: Any) -> Any:
+        (m, k), n = a.shape, b.shape[1]
+        c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+        a_desc = mt.TensorDescriptor.from_tensor(a, [bm, bk])
+        b_desc = mt.TensorDescriptor.from_tensor(b, [bk, bn])
+        mtma.matmul_tma_kernel[(mt.cdiv(m, bm), mt.cdiv(n, bn))](a_desc, b_desc, c, c, m, n, k, c.stride(0),
+                                                                 c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                                                 num_warps=warps)
+        return c
+
+    return {f"{bm}x{bn}x{bk} w{warps}": launch}
+
+
+VARIANTS = [
+    Variant("cp.async-ring", "matmul.py, cp.async ring + in-place wgmma (today's default)", _ring_configs),
+    Variant("tma-unpipelined", "matmul_tma.py, one TMA box per operand per K step, no ring", _tma_unpipelined_configs),
+    Variant("tma-ring", "matmul.py matmul_tma_ring: the same ring filled by TMA, one mbarrier per slot",
+            _tma_ring_configs),
+]
+
+
+def relative_error(c: Any, ref: Any) -> float:
+    return ((c.double() - ref).norm() / ref.norm()).item()
+
+
+def time_checked(launch: Launch, a: Any, b: Any, ref: Any) -> tuple[float | None, str]:
+    """(microseconds, note): None and the reason when the result is wrong or the launch fails."""
+    import torch
+
+    from benchmarks.harness import do_bench
+
+    try:
+        err = relative_error(launch(a, b), ref)
+        torch.cuda.synchronize()
+    except Exception as e:  # one broken config must not hide the others
+        return None, f"failed: {type(e).__name__}: {str(e)[:160]}"
+    if not err <= REL_TOL:
+        return None, f"wrong: relative error {err:.3g} > {REL_TOL}"
+    return do_bench(lambda: launch(a, b)) * 1e3, f"rel err {err:.1e}"
+
+
+def run(shapes: list[str], variants: list[Variant]) -> list[tuple[str, str, str, float | None, float | None, str]]:
+    """Rows (shape, variant, config, us, torch us, note): torch on every shape first, then variant by variant in
+    VARIANTS order (the TMA variants last: a fault loses the process's CUDA context, and with it every later row,
+    which then reports the error instead of a time)."""
+    import torch
+
+    from benchmarks.harness import log
+
+    problems, torch_us, rows = {}, {}, []
+    for shape in shapes:
+        m, n, k = SHAPES[shape]
+        gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+        a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", generator=gen).to(torch.bfloat16)
+        problems[shape] = (a, b, a.double() @ b.double())
+        torch_us[shape], note = time_checked(lambda x, y: x @ y, *problems[shape])
+        rows.append((shape, "torch", "cuBLAS", torch_us[shape], torch_us[shape], note))
+    for variant in variants:
+        for config, launch in variant.configs().items():
+            for shape in shapes:
+                log(f"gemm_ab: {shape} {variant.name} {config}")
+                us, note = time_checked(launch, *problems[shape])
+                rows.append((shape, variant.name, config, us, torch_us[shape], note))
+    order = {shape: i for i, shape in enumerate(shapes)}
+    return sorted(rows, key=lambda r: order[r[0]])  # stable: per shape, torch then the variants in order
+
+
+def format_table(rows: list[tuple[str, str, str, float | None, float | None, str]]) -> str:
+    header = ("shape", "variant", "config", "us", "TFLOP/s", "% cuBLAS", "best", "note")
+    best: dict[tuple[str, str], float] = {}
+    for shape, variant, _, us, _, _ in rows:
+        if us is not None:
+            best[(shape, variant)] = min(us, best.get((shape, variant), us))
+    lines = [header]
+    for shape, variant, config, us, torch_us, note in rows:
+        m, n, k = SHAPES[shape]
+        tflops = f"{2.0 * m * n * k / (us * 1e-6) / 1e12:.1f}" if us else "-"
+        pct = f"{100.0 * torch_us / us:.1f}" if us and torch_us else "-"
+        star = "*" if us is not None and best.get((shape, variant)) == us and variant != "torch" else ""
+        lines.append((shape, variant, config, f"{us:.1f}" if us else "-", tflops, pct, star, note))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    out = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS],
+                        choices=[v.name for v in VARIANTS])
+    parser.add_argument("--list", action="store_true", help="print the variants and their configs, then exit")
+    args = parser.parse_args(argv)
+    chosen = [v for v in VARIANTS if v.name in args.variants]
+    if args.list:
+        for v in chosen:
+            print(f"{v.name}: {v.doc}")
+            for config in v.configs():
+                print(f"    {config}")
+        return 0
+    print(format_table(run(args.shapes, chosen)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
