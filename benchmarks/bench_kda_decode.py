@@ -2,7 +2,8 @@
 
     python benchmarks/bench_kda_decode.py [--shapes 256x12,64x96] [--drafts 0,1,3,7] [--graph] [--no-save]
 
-Rows, per shape (B requests x H heads, K = V = 128, bf16 activations, fp32 state) and draft count k:
+Rows, per shape (B requests x H heads, K = V = 128, bf16 activations, fp32 state) and draft count k (ours: the
+default variant, kda_decode.DEFAULT_VARIANT; tools/kda_decode_ab.py compares all of kda_decode.VARIANTS):
   ours a=k     our step replaying all k drafts of the previous step (the worst case) + 1 + k new tokens
   ours a=0     our step replaying nothing (k > 0 only)
 Peers, measured in the same run on the same tensors:
@@ -86,11 +87,13 @@ def make_problem(batch: int, heads: int, drafts: int, seed: int = 0, head_dim: i
     return Problem(batch, heads, drafts, x, w, cache, idx, torch.empty_like(x.gate))
 
 
-def ours(p: Problem, accepted: int) -> Callable[[], Any]:
+def ours(p: Problem, accepted: int, variant: str | None = None) -> Callable[[], Any]:
+    """Our step replaying `accepted` drafts (variant: a kda_decode.VARIANTS name; None: the default)."""
     from minitriton.kernels.kda_decode import kda_decode_step
 
     acc = torch.full((p.batch,), accepted, dtype=torch.int32, device=p.device)
-    return lambda: kda_decode_step(*p.x.as_tuple(), p.weights, p.cache, p.state_indices, acc, out=p.out)
+    return lambda: kda_decode_step(*p.x.as_tuple(), p.weights, p.cache, p.state_indices, acc, out=p.out,
+                                   variant=variant)
 
 
 def _fla_kwargs(p: Problem) -> dict[str, Any]:

@@ -54,6 +54,15 @@ Speed: `min_blocks_per_sm=2` (ptxas fits 8 warps in 128 registers; the inner tok
 loop-invariant values from local memory, no spill stores), so one program's state loads and stores overlap another's
 token loop; every token's raw rows are loaded one token
 ahead (software pipelining) and the conv taps once, so no token waits on global memory.
+
+k = 0 (T = 1) runs its own kernel, `kda_decode_t1_kernel`: the state rows evolve independently given the token's K
+vectors, so it streams the state in V chunks (32 rows = 16 registers per thread at K = V = 128, 8 warps), the next
+chunk's load in flight while the current one is updated and stored; the chunks' outputs are joined (`mt.cat`) for the
+RMSNorm. 128 registers, no spills: two programs per SM. Accepted drafts of a previous step (possible, if rare, at
+k = 0) are replayed chunk by chunk in a pass of their own before the token's pass.
+
+Variants (`VARIANTS`, `kda_decode_step(..., variant=NAME)`, default `DEFAULT_VARIANT`) choose the kernels, warps, the
+T = 1 kernel's lanes per state row and prefetch depth, and the register caps, for A/B runs (tools/kda_decode_ab.py).
 See docs/kernels/kda_decode.md.
 """
 from __future__ import annotations
@@ -351,6 +360,230 @@ def kda_decode_step_kernel(
                 S, D, E = _renormalize(S, D, KJ, KL, KV)
 
 
+# ---------------------------------------------------------------- T = 1 (no drafts): the state streamed in V chunks
+
+
+@mt.func
+def _replay_chunk(S, n_replay, renorm_every, draft_proj_ptr, draft_beta_ptr, draft0, draft_step, conv_base,
+                  conv_w_ptr, ch_k, ch_vc, dt_bias_ptr, a_coef, lower_bound, offs_k, offs_vc, v0, h,
+                  C: mt.constexpr, K: mt.constexpr, V: mt.constexpr, KJ: mt.constexpr, KL: mt.constexpr,
+                  KV: mt.constexpr):
+    """Replays the `n_replay` accepted drafts of the previous step on one V chunk of the state (rows v0.. of S,
+    [KJ, VC, KL, KV]; ch_vc: the chunk's v channels). Rows evolve independently given the per-token K vectors, so
+    each chunk recomputes them from the draft cache (a k = 0 step after a drafting step is rare; the caller skips
+    this when n_replay = 0, and nothing it loads stays live in the common path). Returns the chunk's true state
+    (deferred decay folded back)."""
+    ck0, ck1, ck2 = _conv_window(conv_base, ch_k, C)
+    wk0, wk1, wk2, wk3 = _load_taps(conv_w_ptr + ch_k * 4)
+    cv0, cv1, cv2 = _conv_window(conv_base, ch_vc, C)
+    wv0, wv1, wv2, wv3 = _load_taps(conv_w_ptr + ch_vc * 4)
+    dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
+    D = mt.full((K,), 1.0, mt.float32)
+    E = mt.full((K,), 1.0, mt.float32)
+    ROW = 3 * K + V
+    for j0 in range(0, n_replay, renorm_every):
+        for j in range(j0, mt.minimum(j0 + renorm_every, n_replay)):
+            draft = draft0 + j * draft_step
+            row = draft_proj_ptr + draft * ROW
+            xk = mt.load(row + K + offs_k).to(mt.float32)
+            xv = mt.load(row + 2 * K + v0 + offs_vc).to(mt.float32)
+            xf = mt.load(row + 2 * K + V + offs_k).to(mt.float32)
+            xb = mt.load(draft_beta_ptr + draft).to(mt.float32)
+            kk = _conv_silu_taps(ck0, ck1, ck2, xk, wk0, wk1, wk2, wk3)
+            vv = _conv_silu_taps(cv0, cv1, cv2, xv, wv0, wv1, wv2, wv3)
+            g = _log_decay(xf, dt_bias, a_coef, lower_bound)
+            S, D, E = _delta_update(S, D, E, kk, vv, g, _sigmoid(xb), KJ, KL, KV)
+            ck0, ck1, ck2 = ck1, ck2, xk
+            cv0, cv1, cv2 = cv1, cv2, xv
+        S, D, E = _renormalize(S, D, KJ, KL, KV)
+    return S
+
+
+@mt.func
+def _token_chunk(S, a_cols, k_cols, q_cols, v, beta, rk, rq, kq):
+    """One token on one V chunk of the true state S ([KJ, VC, KL, KV]), with decay a, un-normalized k and q as
+    state columns and rk = 1/|k|, rq = 1/|q|, kq = k.q:  Sa = S*a;  u = beta (v - rk Sa k);
+    o = rq Sa q + u rk rq kq;  S' = Sa + (u rk) k^T. Returns (S', o [VC]) (o without the scale)."""
+    Sa = S * a_cols
+    sk = _sum_k(Sa * k_cols)[None, :, None, None]
+    sq = _sum_k(Sa * q_cols)[None, :, None, None]
+    u = beta * (v[None, :, None, None] - rk * sk)
+    o = rq * sq + u * (rk * rq * kq)
+    return Sa + (u * rk) * k_cols, o.reshape(v.shape)
+
+
+@mt.func
+def _conv_window(conv_base, ch, C: mt.constexpr):
+    """The committed conv window of the channels `ch`: 3 past inputs, oldest first, as fp32."""
+    return (mt.load(conv_base + ch).to(mt.float32), mt.load(conv_base + C + ch).to(mt.float32),
+            mt.load(conv_base + 2 * C + ch).to(mt.float32))
+
+
+@mt.kernel(min_blocks_per_sm=2)
+def kda_decode_t1_kernel(
+        q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
+        state_ptr, conv_state_ptr, draft_proj_ptr, draft_beta_ptr, state_idx_ptr, num_accepted_ptr,
+        conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
+        scale, lower_bound, norm_eps, renorm_every,
+        H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, MAX_DRAFTS: mt.constexpr,
+        KL: mt.constexpr, KV: mt.constexpr, VC: mt.constexpr, PREFETCH: mt.constexpr):
+    """The T = 1 step (no drafts of its own; `kda_decode_step_kernel` with NUM_DRAFTS = 0 computes the same) with the
+    state streamed in V chunks of VC rows: the rows of the state evolve independently given the token's K vectors
+    (decay, k, q) and only the output RMSNorm couples them, through sum_v o^2. So the K vectors are computed once and
+    the state is loaded, updated and stored one [KJ, VC, KL, KV] chunk at a time, the next chunk's load in flight
+    while the current one is computed: a chunk is 16 registers per thread (VC = 4 x num_warps: one row per 8-lane
+    group), against 64 for the whole state, and a program's loads overlap its own math and stores."""
+    h = mt.program_id(0)
+    b = mt.program_id(1)
+    C = 2 * H * K + H * V
+    ROW = 3 * K + V
+    KJ = K // (KL * KV)
+    NC = V // VC
+    # The token's rows and the head's parameters do not depend on the slot: they are loaded before the slot is
+    # known (a padding row's rows are valid memory too), so their latency overlaps the slot load's.
+    offs_k = mt.arange(0, K)
+    offs_v = mt.arange(0, V)
+    tok = b * H + h
+    raw_q = mt.load(q_ptr + tok * K + offs_k).to(mt.float32)
+    raw_k = mt.load(k_ptr + tok * K + offs_k).to(mt.float32)
+    raw_v = mt.load(v_ptr + tok * V + offs_v).to(mt.float32)
+    raw_f = mt.load(f_ptr + tok * K + offs_k).to(mt.float32)
+    raw_b = mt.load(beta_ptr + tok).to(mt.float32)
+    gate = mt.load(gate_ptr + tok * V + offs_v).to(mt.float32)
+    ch_q = h * K + offs_k
+    ch_k = H * K + h * K + offs_k
+    ch_v = 2 * H * K + h * V + offs_v
+    wq0, wq1, wq2, wq3 = _load_taps(conv_w_ptr + ch_q * 4)
+    wk0, wk1, wk2, wk3 = _load_taps(conv_w_ptr + ch_k * 4)
+    wv0, wv1, wv2, wv3 = _load_taps(conv_w_ptr + ch_v * 4)
+    dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
+    a_coef = mt.exp(mt.load(a_log_ptr + h))
+    norm_w = mt.load(o_norm_w_ptr + offs_v)
+    # No branch on the slot: a padding row (slot -1) reads slot 0 (valid memory; the values are dropped), replays
+    # nothing and stores nothing. A branch would let ptxas sink the loads above into it, behind the slot's latency.
+    slot = mt.load(state_idx_ptr + b)
+    live = slot >= 0
+    slot64 = mt.maximum(slot, 0).to(mt.int64)
+    accepted = mt.load(num_accepted_ptr + b).to(mt.int32)
+    n_replay = mt.minimum(mt.maximum(accepted, 0), MAX_DRAFTS) * live.to(mt.int32)
+    offs_vc = mt.arange(0, VC)
+    offs_k3 = ((mt.arange(0, KJ)[:, None, None] * KL + mt.arange(0, KL)[None, :, None]) * KV
+               + mt.arange(0, KV)[None, None, :])
+    state_base = state_ptr + (slot64 * H + h) * (V * K)
+    chunk_offs = offs_vc[None, :, None, None] * K + offs_k3[:, None, :, :]
+    # the first PREFETCH chunks' loads go out first: their latency overlaps the token's vector math; each later
+    # chunk is loaded PREFETCH chunks ahead of its use
+    S = mt.load(state_base + chunk_offs)
+    if PREFETCH > 1:
+        S_1 = mt.load(state_base + (VC * K) + chunk_offs)
+    conv_base = conv_state_ptr + slot64 * (3 * C)
+    cq0, cq1, cq2 = _conv_window(conv_base, ch_q, C)
+    ck0, ck1, ck2 = _conv_window(conv_base, ch_k, C)
+    cv0, cv1, cv2 = _conv_window(conv_base, ch_v, C)
+
+    # Replay of the previous step's accepted drafts (rare at T = 1: only after a step that drafted), chunk by
+    # chunk in a pass of its own that writes the chunks back, so that none of the new token's values are live
+    # across it (they would add to its registers); the new token then reloads the first chunk. A chunk is
+    # stored by the threads that loaded it, so the reloads see the replayed state.
+    draft0 = (slot64 * MAX_DRAFTS) * H + h
+    if n_replay > 0:
+        for c in range(0, NC):
+            offs = state_base + c * (VC * K) + chunk_offs
+            S_c = _replay_chunk(mt.load(offs), n_replay, renorm_every, draft_proj_ptr, draft_beta_ptr, draft0, H,
+                                conv_base, conv_w_ptr, ch_k, 2 * H * K + h * V + c * VC + offs_vc, dt_bias_ptr,
+                                a_coef, lower_bound, offs_k, offs_vc, c * VC, h, C, K, V, KJ, KL, KV)
+            mt.store(offs, S_c, mask=live)
+        S = mt.load(state_base + chunk_offs)
+        if PREFETCH > 1:
+            S_1 = mt.load(state_base + (VC * K) + chunk_offs)
+    # the conv windows after the replayed drafts: a shift of their raw inputs
+    pq0, pq1, pq2, pk0, pk1, pk2, pv0, pv1, pv2 = cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2
+    for j in range(0, n_replay):
+        row = draft_proj_ptr + (draft0 + j * H) * ROW
+        pq0, pq1, pq2 = pq1, pq2, mt.load(row + offs_k).to(mt.float32)
+        pk0, pk1, pk2 = pk1, pk2, mt.load(row + K + offs_k).to(mt.float32)
+        pv0, pv1, pv2 = pv1, pv2, mt.load(row + 2 * K + offs_v).to(mt.float32)
+
+    # the token's K vectors as state columns, and the norms and k.q from them (in-warp reductions)
+    qq = _conv_silu_taps(pq0, pq1, pq2, raw_q, wq0, wq1, wq2, wq3)
+    kk = _conv_silu_taps(pk0, pk1, pk2, raw_k, wk0, wk1, wk2, wk3)
+    vv = _conv_silu_taps(pv0, pv1, pv2, raw_v, wv0, wv1, wv2, wv3)
+    g = _log_decay(raw_f, dt_bias, a_coef, lower_bound)
+    beta = _sigmoid(raw_b)
+    a_cols = _state_cols(mt.exp(g), KJ, KL, KV)
+    k_cols = _state_cols(kk, KJ, KL, KV)
+    q_cols = _state_cols(qq, KJ, KL, KV)
+    rk = _inv_norm_dot(k_cols, k_cols)
+    rq = _inv_norm_dot(q_cols, q_cols)
+    kq = _sum_cols(k_cols * q_cols)
+
+    pieces = ()
+    ahead = (S,)
+    if PREFETCH > 1:
+        ahead = (S, S_1)
+    for c in mt.static_range(NC):
+        if c + PREFETCH < NC:
+            ahead = ahead + (mt.load(state_base + (c + PREFETCH) * (VC * K) + chunk_offs),)
+        S = ahead[0]
+        ahead = ahead[1:]
+        v_c = vv[c * VC:(c + 1) * VC]
+        S, o_c = _token_chunk(S, a_cols, k_cols, q_cols, v_c, beta, rk, rq, kq)
+        mt.store(state_base + c * (VC * K) + chunk_offs, S, mask=live)
+        pieces = pieces + (o_c,)
+        if c == 0:
+            # The conv windows move to this token. Every thread's window loads are done: their values fed
+            # the column and v moves of this chunk, which went through bar.sync (see "In-place safety" in
+            # docs/kernels/kda_decode.md). Stored here rather than at the end so they free their registers.
+            mt.store(conv_base + ch_q, pq1, mask=live)
+            mt.store(conv_base + C + ch_q, pq2, mask=live)
+            mt.store(conv_base + 2 * C + ch_q, raw_q, mask=live)
+            mt.store(conv_base + ch_k, pk1, mask=live)
+            mt.store(conv_base + C + ch_k, pk2, mask=live)
+            mt.store(conv_base + 2 * C + ch_k, raw_k, mask=live)
+            mt.store(conv_base + ch_v, pv1, mask=live)
+            mt.store(conv_base + C + ch_v, pv2, mask=live)
+            mt.store(conv_base + 2 * C + ch_v, raw_v, mask=live)
+    o = mt.cat(pieces, 0)
+    mt.store(o_ptr + tok * V + offs_v, _gated_rms_norm(o * scale, gate, norm_w, norm_eps, V), mask=live)
+
+
+# The same kernels under other register caps, for A/B runs (tools/kda_decode_ab.py): the general kernel uncapped
+# (ptxas takes 176-201 registers: one program per SM at 8 warps); the T = 1 kernel at 4 warps with 4 programs per
+# SM (128 registers, the same 16 warps per SM as 2 x 8).
+kda_decode_step_kernel_uncapped = mt.kernel(kda_decode_step_kernel.fn)
+kda_decode_t1_kernel_4w = mt.kernel(min_blocks_per_sm=4)(kda_decode_t1_kernel.fn)
+
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Which kernel runs a step, and how (host-selectable for A/B runs: kda_decode_step(..., variant=NAME)).
+    Warps apply at K * V >= 128 * 128 (smaller heads use 4); the T = 1 kernel's state K axis is split over
+    `t1_lanes` lanes (`state_k_split`), a chunk has `t1_rows` rows per lane group, and it loads `t1_prefetch`
+    chunks ahead of their use."""
+
+    t1_kernel: str  # kernel for T = 1 (k = 0): a kda_decode_t1_kernel* (streamed) or a kda_decode_step_kernel*
+    t1_warps: int
+    t1_lanes: int
+    t1_rows: int  # rows of a chunk per lane group (`state_chunk_rows`)
+    t1_prefetch: int
+    kernel: str  # kernel for T > 1
+    warps: int
+
+
+VARIANTS: dict[str, Variant] = {
+    "stream": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_step_kernel", 8),
+    "stream_l32": Variant("kda_decode_t1_kernel", 8, 32, 4, 1, "kda_decode_step_kernel", 8),
+    "stream_l32_pf2": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8),
+    "stream_w4": Variant("kda_decode_t1_kernel_4w", 4, 8, 1, 1, "kda_decode_step_kernel", 8),
+    "stream_k7nocap": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_step_kernel_uncapped", 8),
+    "loop": Variant("kda_decode_step_kernel", 8, 8, 1, 1, "kda_decode_step_kernel", 8),  # the 18:55 kernel
+    "loop_nocap": Variant("kda_decode_step_kernel_uncapped", 8, 8, 1, 1,
+                          "kda_decode_step_kernel_uncapped", 8),  # the general kernel without the register cap
+}
+DEFAULT_VARIANT = "stream"
+
+
 # ------------------------------------------------------------------------------------------------ host side
 
 
@@ -447,10 +680,17 @@ def _check_inputs(q, k, v, f, beta, gate, weights, cache, state_indices, num_acc
     return b, t, h, kd, vd
 
 
+def state_chunk_rows(head_v_dim: int, num_warps: int, lanes_k: int, rows_per_group: int) -> int:
+    """VC, the V rows of one chunk of the T = 1 kernel: `rows_per_group` rows for every group of `lanes_k` lanes
+    of every warp (at K = 128: 1 row of 8 lanes or 4 rows of 32 lanes, either way 16 registers per thread), at
+    most V."""
+    return min(head_v_dim, max(1, 32 // lanes_k) * num_warps * rows_per_group)
+
+
 def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.Tensor, beta: torch.Tensor,
                     gate: torch.Tensor, weights: KDADecodeWeights, cache: KDADecodeCache,
                     state_indices: torch.Tensor, num_accepted: torch.Tensor, out: torch.Tensor | None = None,
-                    num_warps: int | None = None) -> torch.Tensor:
+                    num_warps: int | None = None, variant: str | None = None) -> torch.Tensor:
     """One speculative decode step of a KDA layer; returns o [B, T, H, V] (gated-RMSNorm output, q.dtype).
 
     q, k, f [B, T, H, K], v, gate [B, T, H, V], beta [B, T, H]: the raw projections (pre-conv q/k/v, gate input f,
@@ -459,6 +699,7 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
     num_accepted [B] int: drafts of the previous step accepted for that request (0 for a fresh sequence); they are
     replayed from `cache.draft_proj` before the new tokens. `cache` is updated in place: state and conv window at the
     bonus token, draft cache with this step's k drafts. Every length lives on the device: graph-capturable.
+    variant: which kernel runs (None: `DEFAULT_VARIANT`); see `VARIANTS`. All compute the same step.
     """
     bsz, t, h, kd, vd = _check_inputs(q, k, v, f, beta, gate, weights, cache, state_indices, num_accepted)
     conv_weight = weights.conv_weight.reshape(weights.conv_weight.shape[0], -1)
@@ -466,29 +707,41 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         out = torch.empty_like(gate, dtype=q.dtype)
     _check(out.shape == gate.shape and out.is_contiguous(), "out must be a contiguous [B, T, H, V] tensor")
     scale = weights.scale if weights.scale is not None else kd ** -0.5
+    chosen = VARIANTS.get(variant or DEFAULT_VARIANT)
+    _check(chosen is not None, f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
+    kernel_name, warps = (chosen.t1_kernel, chosen.t1_warps) if t == 1 else (chosen.kernel, chosen.warps)
     if num_warps is None:
-        num_warps = 8 if kd * vd >= 128 * 128 else 4
-    lanes_k, vec_k = state_k_split(kd)
+        num_warps = warps if kd * vd >= 128 * 128 else 4
     _check(weights.lower_bound > -MAX_DEFERRED_LOG_DECAY,
            f"lower_bound = {weights.lower_bound} must be > -{MAX_DEFERRED_LOG_DECAY}")
-    if bsz == 0:
+    if bsz == 0 or cache.state.shape[0] == 0:  # no rows, or no slots (every row is padding)
         return out
-    kda_decode_step_kernel[(h, bsz)](
-        q, k, v, f, beta, gate, out,
-        cache.state, cache.conv_state, cache.draft_proj, cache.draft_beta, state_indices, num_accepted,
-        conv_weight, weights.a_log, weights.dt_bias, weights.o_norm_weight,
-        float(scale), float(weights.lower_bound), float(weights.norm_eps), renorm_period(weights.lower_bound),
-        H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, KL=lanes_k, KV=vec_k,
-        num_warps=num_warps)
+    args = (q, k, v, f, beta, gate, out,
+            cache.state, cache.conv_state, cache.draft_proj, cache.draft_beta, state_indices, num_accepted,
+            conv_weight, weights.a_log, weights.dt_bias, weights.o_norm_weight,
+            float(scale), float(weights.lower_bound), float(weights.norm_eps), renorm_period(weights.lower_bound))
+    kernel = globals()[kernel_name]  # looked up per call: tests replace the kernels with recorders
+    if kernel_name.startswith("kda_decode_t1"):
+        lanes_k, vec_k = state_k_split(kd, chosen.t1_lanes)
+        rows = state_chunk_rows(vd, num_warps, lanes_k, chosen.t1_rows)
+        kernel[(h, bsz)](*args, H=h, K=kd, V=vd, MAX_DRAFTS=cache.max_drafts, KL=lanes_k, KV=vec_k, VC=rows,
+                         PREFETCH=min(chosen.t1_prefetch, vd // rows), num_warps=num_warps)
+    else:
+        lanes_k, vec_k = state_k_split(kd)
+        kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, KL=lanes_k,
+                         KV=vec_k, num_warps=num_warps)
     return out
 
 
-for _drafts in (0, 7):  # K3 layer shapes (96 heads of 128), bf16 activations, no speculation and 7 drafts
-    kda_decode_step_kernel.specialize(
-        signature="q_ptr:*bf16:16,k_ptr:*bf16:16,v_ptr:*bf16:16,f_ptr:*bf16:16,beta_ptr:*bf16:16,gate_ptr:*bf16:16,"
-                  "o_ptr:*bf16:16,"
-                  "state_ptr:*fp32:16,conv_state_ptr:*bf16:16,draft_proj_ptr:*bf16:16,draft_beta_ptr:*bf16:16,"
-                  "state_idx_ptr:*i32:16,num_accepted_ptr:*i32:16,conv_w_ptr:*fp32:16,a_log_ptr:*fp32:16,"
-                  "dt_bias_ptr:*fp32:16,o_norm_w_ptr:*fp32:16,scale:fp32,lower_bound:fp32,norm_eps:fp32,"
-                  "renorm_every:i32",
-        H=96, K=128, V=128, NUM_DRAFTS=_drafts, MAX_DRAFTS=7, KL=8, KV=4, num_warps=8)
+# K3 layer shapes (96 heads of 128), bf16 activations, pointers 16-byte aligned as at run time
+_K3_SIGNATURE = ("q_ptr:*bf16:16,k_ptr:*bf16:16,v_ptr:*bf16:16,f_ptr:*bf16:16,beta_ptr:*bf16:16,gate_ptr:*bf16:16,"
+                 "o_ptr:*bf16:16,"
+                 "state_ptr:*fp32:16,conv_state_ptr:*bf16:16,draft_proj_ptr:*bf16:16,draft_beta_ptr:*bf16:16,"
+                 "state_idx_ptr:*i32:16,num_accepted_ptr:*i32:16,conv_w_ptr:*fp32:16,a_log_ptr:*fp32:16,"
+                 "dt_bias_ptr:*fp32:16,o_norm_w_ptr:*fp32:16,scale:fp32,lower_bound:fp32,norm_eps:fp32,"
+                 "renorm_every:i32")
+for _drafts in (0, 7):  # no speculation (the general kernel, variant "loop") and 7 drafts
+    kda_decode_step_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=_drafts, MAX_DRAFTS=7,
+                                      KL=8, KV=4, num_warps=8)
+kda_decode_t1_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, MAX_DRAFTS=7, KL=8, KV=4, VC=32,
+                                PREFETCH=1, num_warps=8)

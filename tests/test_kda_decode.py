@@ -5,6 +5,7 @@ the host wrapper's graph-safety (it never reads device data). GPU tests at the e
 kernel at the benchmark shapes and under CUDA-graph capture."""
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 
@@ -137,6 +138,40 @@ def test_kernel_plain_decode_fp32(interpret: None) -> None:
     assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
 
 
+@pytest.mark.parametrize("variant,kd,vd", [("stream", 32, 32), ("stream_l32_pf2", 32, 256), ("loop", 16, 16)])
+def test_kernel_plain_decode_variants_bf16_20_steps(interpret: None, variant: str, kd: int, vd: int) -> None:
+    """k = 0 through each kernel variant (the streamed T = 1 kernel in 2 chunks, in 4 chunks each loaded 2 ahead, and
+    the general kernel), bf16, 20 steps: the simulator's bounds."""
+    step = functools.partial(kda_decode_step, variant=variant)
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=kd, head_v_dim=vd, num_drafts=0, steps=20,
+                               dtype=torch.bfloat16, seed=14)
+    assert rep.output_error <= 1e-2 and rep.state_error <= 2e-3 and rep.conv_error == 0, rep
+    assert rep.committed_tokens >= 30
+
+
+@pytest.mark.parametrize("lower_bound", [-5.0, -20.0])
+def test_t1_kernel_replays_accepted_drafts(interpret: None, lower_bound: float) -> None:
+    """A k = 0 step after a step that drafted (num_accepted > 0): the streamed kernel replays the drafts chunk by
+    chunk (4 chunks here; -20 renormalizes every 2 drafts) and matches the torch step, cache included."""
+    gen = torch.Generator().manual_seed(15)
+    h, kd, vd, drafts, rows = 2, 32, 64, 5, 4
+    assert kda_decode.state_chunk_rows(vd, 4, kda_decode.state_k_split(kd)[0], 1) == vd // 4
+    w = random_weights(h, kd, vd, gen, lower_bound)
+    cache = random_cache(6, h, kd, vd, drafts, torch.float32, gen)
+    expected = clone_cache(cache)
+    x = TokenInputs.random((rows, 1), h, kd, vd, torch.float32, gen)
+    idx = torch.tensor([5, -1, 0, 2], dtype=torch.int32)
+    acc = torch.tensor([5, 2, 0, 3], dtype=torch.int32)
+    out = torch.full_like(x.gate, float("nan"))
+    kda_decode_step(*x.as_tuple(), w, cache, idx, acc, out=out)
+    ref = spec_decode_step_torch(*x.as_tuple(), w, expected, idx, acc, out=torch.full_like(x.gate, float("nan")))
+    live = idx >= 0
+    assert torch.allclose(out[live], ref[live], rtol=1e-5, atol=1e-5)
+    assert out[~live].isnan().all()
+    for name in ("state", "conv_state", "draft_proj", "draft_beta"):
+        assert torch.allclose(getattr(cache, name), getattr(expected, name), rtol=1e-5, atol=1e-5), name
+
+
 def test_kernel_spec_decode_bf16_20_steps(interpret: None) -> None:
     """The issue's acceptance test at CI shapes: 20 steps, K = V = 16, H = 2, B = 3, 3 drafts, bf16 activations,
     acceptance 0 / all / mixed in one batch, padding rows, requests moving between rows and sitting out steps."""
@@ -252,6 +287,24 @@ def test_host_wrapper_reads_no_device_data(monkeypatch: pytest.MonkeyPatch) -> N
     assert args[-4] == pytest.approx(128 ** -0.5) and args[-3] == -5.0 and args[-1] == 8  # renorm every 40/5
 
 
+def test_host_wrapper_dispatches_k0_to_the_streamed_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """k = 0 launches the streamed T = 1 kernel (32-row chunks at K = V = 128, 8 warps), reading no device data;
+    variant="loop" launches the general kernel instead; an unknown variant is rejected."""
+    streamed, general = RecordingKernel(), RecordingKernel()
+    monkeypatch.setattr(kda_decode, "kda_decode_t1_kernel", streamed)
+    monkeypatch.setattr(kda_decode, "kda_decode_step_kernel", general)
+    x, w, cache, idx, acc = meta_step_inputs(b=5, t=1, h=96, kd=128, vd=128, drafts=7)
+    kda_decode_step(*x, w, cache, idx, acc)
+    (grid, _, kwargs), = streamed.launches
+    assert grid == (96, 5) and not general.launches
+    assert kwargs == dict(H=96, K=128, V=128, MAX_DRAFTS=7, KL=8, KV=4, VC=32, PREFETCH=1, num_warps=8)
+    kda_decode_step(*x, w, cache, idx, acc, variant="loop")
+    (_, _, kwargs), = general.launches
+    assert kwargs["NUM_DRAFTS"] == 0 and len(streamed.launches) == 1
+    with pytest.raises(ValueError, match="unknown variant"):
+        kda_decode_step(*x, w, cache, idx, acc, variant="nope")
+
+
 @pytest.mark.parametrize("problem", ["drafts", "state_dtype", "beta_shape", "noncontig", "idx_float"])
 def test_host_wrapper_rejects_bad_inputs(problem: str) -> None:
     x, w, cache, idx, acc = meta_step_inputs(b=2, t=4, h=2, kd=16, vd=16, drafts=3)
@@ -287,6 +340,20 @@ def test_k3_kernel_fits_two_programs_per_sm() -> None:
     assert compiled.metadata["registers"] <= 128
 
 
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
+def test_k3_t1_kernel_fits_two_programs_per_sm_without_spills() -> None:
+    """The streamed T = 1 kernel at the K3 shape (the default variant for k = 0) holds a 32-row chunk of the state
+    (16 registers) plus the next chunk in flight: ptxas fits 8 warps in 128 registers with no spills at all."""
+    spec, = kda_decode.kda_decode_t1_kernel.specializations
+    v = kda_decode.VARIANTS[kda_decode.DEFAULT_VARIANT]
+    assert v.t1_kernel == "kda_decode_t1_kernel" and spec.num_warps == v.t1_warps == 8
+    assert spec.constexprs["VC"] == kda_decode.state_chunk_rows(128, 8, spec.constexprs["KL"], v.t1_rows) == 32
+    compiled = spec.compile(target="cubin")
+    assert ".minnctapersm 2" in compiled.ptx
+    assert compiled.metadata["registers"] <= 128, compiled.report()
+    assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.report()
+
+
 def test_benchmark_module_imports_and_runs_our_step_on_cpu(interpret: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """benchmarks/bench_kda_decode.py imports without fla or a GPU, and its closure for our step runs."""
     import importlib.util
@@ -308,28 +375,27 @@ def test_benchmark_module_imports_and_runs_our_step_on_cpu(interpret: None, monk
 CACHE_OUTPUTS = ("o_ptr", "state_ptr", "conv_state_ptr", "draft_proj_ptr", "draft_beta_ptr")
 
 
-@pytest.mark.parametrize("kd,vd,num_warps,lower_bound", [(16, 16, 4, -20.0), (32, 32, 4, -5.0)])
-def test_compiled_ptx_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float) -> None:
-    """One step (replay of 0..3 drafts, a padding row) compiled to PTX and run on tests/ptx_sim.py from the same
-    inputs as the interpreter: outputs, state, conv window and draft cache agree. This checks what the interpreter
-    cannot: the split [KJ, V, KL, KV] state tile's layout, its shuffle reductions and the vector loads / stores.
-    The state and output tolerance covers ptxas contracting mul + add into fma (skips one rounding)."""
+def compiled_step_matches_interpreter(kernel_name: str, kd: int, vd: int, num_warps: int, lower_bound: float,
+                                      drafts: int, variant: str | None = None, seed: int = 21) -> str:
+    """One step (replays of 3, 1 and 2 drafts, a padding row) compiled to PTX and run on tests/ptx_sim.py from the
+    same inputs as the interpreter: outputs, state, conv window and draft cache agree (1e-5: ptxas contracts mul +
+    add into fma, skipping one rounding). Returns the PTX."""
     helpers = pytest.importorskip("ptx_helpers")
     from minitriton.ir.types import PointerType, ScalarType
 
-    gen = torch.Generator().manual_seed(21)
-    h, drafts, rows = 1, 3, 3
+    gen = torch.Generator().manual_seed(seed)
+    h, rows = 1, 3
     w = random_weights(h, kd, vd, gen, lower_bound)
-    cache = random_cache(4, h, kd, vd, drafts, torch.float32, gen)
+    cache = random_cache(4, h, kd, vd, max(drafts, 3), torch.float32, gen)
     x = TokenInputs.random((rows, drafts + 1), h, kd, vd, torch.float32, gen)
     fake = RecordingKernel()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kda_decode, "kda_decode_step_kernel", fake)
+        mp.setattr(kda_decode, kernel_name, fake)
         kda_decode_step(*x.as_tuple(), w, cache, torch.tensor([3, -1, 0], dtype=torch.int32),
                         torch.tensor([3, 1, 2], dtype=torch.int32), out=torch.full_like(x.gate, float("nan")),
-                        num_warps=num_warps)
+                        num_warps=num_warps, variant=variant)
     (grid, args, constexprs), = fake.launches
-    kernel = kda_decode.kda_decode_step_kernel
+    kernel = getattr(kda_decode, kernel_name)
     params = kernel.runtime_params
     names = {torch.float32: "f32", torch.int32: "i32"}
     types = {n: PointerType(ScalarType(names[a.dtype])) if isinstance(a, torch.Tensor) else
@@ -345,6 +411,31 @@ def test_compiled_ptx_matches_the_interpreter(kd: int, vd: int, num_warps: int, 
     for i, n in enumerate(params):
         if n in CACHE_OUTPUTS:
             assert helpers.rel_err(got[i], want[i]) <= 1e-5, n
+    return ptx
+
+
+@pytest.mark.parametrize("kd,vd,num_warps,lower_bound", [(16, 16, 4, -20.0), (32, 32, 4, -5.0)])
+def test_compiled_ptx_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float) -> None:
+    """The general kernel (3 drafts): checks what the interpreter cannot, the split [KJ, V, KL, KV] state tile's
+    layout, its shuffle reductions and the vector loads / stores."""
+    compiled_step_matches_interpreter("kda_decode_step_kernel", kd, vd, num_warps, lower_bound, drafts=3)
+
+
+@pytest.mark.parametrize("kd,vd,num_warps,lower_bound,variant", [
+    (16, 16, 4, -20.0, "stream"),  # one chunk (KL = 4)
+    (32, 32, 4, -5.0, "stream"),  # two chunks of 16 rows
+    (32, 128, 2, -20.0, "stream_l32_pf2"),  # 4 chunks of 32 rows, each loaded two chunks ahead
+    (64, 64, 4, -5.0, "stream_l32"),  # a state row in 16 lanes (KL = 16, KJ = 1), 2 chunks of 4 rows per group
+    (128, 128, 8, -5.0, "stream"),  # the K3 head: 8 warps, KL = 8, 4 chunks of 32 rows (~15 s)
+])
+def test_compiled_t1_kernel_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float,
+                                                     variant: str) -> None:
+    """The streamed T = 1 kernel: chunk loads and stores, the slices of v, the concat of the chunks' outputs for
+    the norm, and its replay pass (accepted drafts of a previous step, replayed chunk by chunk and written back
+    before the token's pass reloads the chunks)."""
+    kernel_name = kda_decode.VARIANTS[variant].t1_kernel
+    ptx = compiled_step_matches_interpreter(kernel_name, kd, vd, num_warps, lower_bound, drafts=0, variant=variant)
+    assert "st.shared" in ptx  # the v slices / output pieces do move between layouts (the test covers them)
 
 
 # ------------------------------------------------------------------------------------------------ GPU
@@ -354,11 +445,14 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("batch,heads,drafts", [(256, 12, 7), (64, 96, 3), (64, 96, 7)])
+@pytest.mark.parametrize("batch,heads,drafts,variant", [
+    (256, 12, 7, None), (64, 96, 3, None), (64, 96, 7, None), (256, 12, 0, None), (64, 96, 0, "stream_w4"),
+    (64, 96, 0, "stream_l32_pf2"), (64, 96, 0, "stream_l32")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
-                                          drafts: int) -> None:
+                                          drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
-    rep = simulate_spec_decode(kda_decode_step, num_requests=batch + 8, batch_rows=batch, num_slots=batch + 16,
+    step = functools.partial(kda_decode_step, variant=variant)
+    rep = simulate_spec_decode(step, num_requests=batch + 8, batch_rows=batch, num_slots=batch + 16,
                                heads=heads, head_k_dim=128, head_v_dim=128, num_drafts=drafts, steps=20,
                                dtype=torch.bfloat16, seed=11, device="cuda")
     assert rep.output_error <= 1e-2 and rep.state_error <= 2e-3 and rep.conv_error == 0, rep
@@ -366,11 +460,13 @@ def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Capture one step, change the accepted counts and slots in place, replay: equals an eager step."""
+@pytest.mark.parametrize("drafts", [3, 0])
+def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int) -> None:
+    """Capture one step, change the accepted counts and slots in place, replay: equals an eager step (k = 0: the
+    streamed kernel, whose padding rows are masked rather than branched around)."""
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
     gen = torch.Generator().manual_seed(12)
-    h, kd, vd, drafts, rows = 12, 128, 128, 3, 16
+    h, kd, vd, rows = 12, 128, 128, 16
     w = on_device(random_weights(h, kd, vd, gen), "cuda")
     cache = on_device(random_cache(rows + 4, h, kd, vd, drafts, torch.bfloat16, gen), "cuda")
     eager_cache = clone_cache(cache)
@@ -384,7 +480,7 @@ def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.Monke
         kda_decode_step(*x, w, cache, idx, acc, out=out)
     idx.copy_(torch.randperm(rows + 4, generator=gen)[:rows].to(torch.int32))
     idx[3] = -1
-    acc.copy_(torch.randint(0, drafts + 1, (rows,), generator=gen).to(torch.int32))
+    acc.copy_(torch.randint(0, cache.max_drafts + 1, (rows,), generator=gen).to(torch.int32))  # k = 0: 0 or 1
     out.fill_(float("nan"))
     graph.replay()
     ref = kda_decode_step(*x, w, eager_cache, idx, acc)

@@ -1,5 +1,6 @@
-"""A/B of the KDA decode kernel's register cap (min_blocks_per_sm 2 vs none) at B256 H12, k = 0 and k = 7 (all
-accepted), ours only: which specializations should fit two programs per SM.
+"""A/B of the general KDA decode kernel's register cap (min_blocks_per_sm 2 vs none) at B256 H12, k = 0 and k = 7
+(all accepted), ours only: which specializations should fit two programs per SM. k = 0 runs the general kernel
+here (variant "loop"), not the streamed T = 1 kernel; tools/kda_decode_ab.py compares all variants.
 
     python tools/kda_decode_cap.py
 """
@@ -21,7 +22,7 @@ def main() -> None:
         for cap in (2, None):
             kernel.min_blocks_per_sm = cap
             kernel.clear_cache()  # recompile (the disk cache key includes the cap)
-            us = bench.time_us(lambda: bench.ours(p, drafts), graph=False)
+            us = bench.time_us(lambda: bench.ours(p, drafts, "loop"), graph=False)
             print(f"k={drafts} min_blocks_per_sm={cap}: {us:.1f} us", flush=True)
 
 
