@@ -49,8 +49,10 @@ INTRA_WARPS = 8
 # (whole-chunk score dots) or "sub16" (16-row sub-chunk tiles). Measured on the H200 (2026-11-29,
 # tools/flash_kda_variants.py): sub16 5.29 ms, chunk64 7.63 ms at B1 T32768 H16 (chunk64 spilled 1.7 KB and did 4x
 # the score work). "sliced" is predicted at ~2.1 ms there (docs/kernels/flash_kda.md, version 3: 6.8K SASS
-# instructions, 24 B of spills, against sub16's 18K and 240 B), not yet measured: the lead's run decides.
-INTRA_VARIANT = "sliced"
+# instructions, 24 B of spills, against sub16's 18K and 240 B), not yet measured: the default stays the measured
+# sub16 until a GPU run of tools/flash_kda_variants.py (tools/gpu_session.sh flash) confirms it (no device time was
+# left in the session that built it).
+INTRA_VARIANT = "sub16"
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recurrence_warps)
