@@ -23,6 +23,8 @@ floor = unique MXFP4 weight + scale bytes the batch routes to / measured copy ba
 floor/ours is the fraction of copy bandwidth; the notes give the effective bandwidth (those bytes / time) per method.
 Targets (issue 7): floor/ours >= 0.8 at B = 1 and 4; triton_kernels/ours >= 1.2 at B = 16 and 64.
 --graph captures every method in a CUDA graph first (where capture works) so host overhead is left out.
+The mt.dot variants (warp_decode.DOT_VARIANTS: ours / ours_dot use the default one) are timed side by side by
+tools/warp_decode_ab.py.
 
 Importable without a GPU or triton_kernels (the tests import it); both are needed only to run.
 """
@@ -139,7 +141,7 @@ def ours_kernels(layer: Layer) -> Callable[..., Callable[[], torch.Tensor]]:
     def make(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> Callable[[], torch.Tensor]:
         routing, use_dot = wd.plan_routing(ids, weights)
         c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot)
-        c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot)
+        c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot, kernel="down")
         return lambda: wd.down(wd.gate_up(x, routing, w13, c13, parts=use_dot), routing, w2, torch.bfloat16, c2)
 
     return make

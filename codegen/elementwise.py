@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Callable
 
 from minitriton.ir import Operation
+from minitriton.ir.layouts import register_permutation
 from minitriton.ir.types import PointerType, ScalarType
 
 from .context import KernelContext
@@ -516,6 +517,61 @@ def bitcast(ctx: KernelContext, op: Operation, ins: list[str]) -> str:
     else:  # f32 <-> b32, f64 / pointer <-> b64
         ctx.emit(f"mov.b{64 if '64' in dc else 32} {d}, {a};")
     return d
+
+
+def lower_bitcast_split(ctx: KernelContext, op: Operation) -> None:
+    """mt.bitcast_split: each thread splits the registers it holds, one `mov.b32 {lo, hi}` (`mov.b64`) per operand
+    register, which ptxas folds away (the halves of a 32-bit register are addressed in place). The tiling pass gives
+    the result the operand's layout plus an in-thread pair dim, so no element changes thread."""
+    src_v, dst_v = op.operands[0], op.result
+    rank = len(src_v.type.shape)
+    dst_map = ctx.tmap(dst_v)
+    perm = register_permutation(ctx.tmap(src_v), dst_map, lambda c: c[:rank])
+    if perm is None or any(b[rank] for b in (dst_map.base(t) for t in range(dst_map.num_threads))):
+        raise ctx.error("bitcast_split: a thread does not hold both halves of the elements it splits (layouts)")
+    dst = dst_v.type.scalar
+    src_class = reg_class(src_v.type.scalar)
+    regs = ctx.get(src_v)
+    halves: dict[str, tuple[str, str]] = {}
+
+    def split(reg: str) -> tuple[str, str]:
+        if reg not in halves:
+            halves[reg] = _split_register(ctx, reg, src_class, dst)
+        return halves[reg]
+
+    ctx.bind(dst_v, [split(regs[s])[dst_map.reg_offsets[r][rank]] for r, s in enumerate(perm)])
+
+
+def _split_register(ctx: KernelContext, reg: str, src_class: str, dst: ScalarType) -> tuple[str, str]:
+    """The low and high halves of a 64-, 32- or 16-bit value's register (of class src_class) as registers of dst's
+    class."""
+    dc = reg_class(dst)
+    if dc == "b16":  # f16 / bf16: 16-bit registers, straight out of the 32-bit one
+        lo, hi = ctx.new("b16"), ctx.new("b16")
+        ctx.emit(f"mov.b32 {{{lo}, {hi}}}, {reg};")
+        return lo, hi
+    if dst.bits == 32:  # 64 -> 32: two 32-bit registers, moved to f32 when that is the class
+        lo, hi = ctx.new("b32"), ctx.new("b32")
+        ctx.emit(f"mov.b64 {{{lo}, {hi}}}, {reg};")
+        if dc == "b32":
+            return lo, hi
+        flo, fhi = ctx.new(dc), ctx.new(dc)
+        ctx.emit(f"mov.b32 {flo}, {lo};")
+        ctx.emit(f"mov.b32 {fhi}, {hi};")
+        return flo, fhi
+    # 16- and 8-bit integers live in 32-bit registers, wrapped to their type: one bit-field extract per half,
+    # straight from the source register (a 16-bit source is already wrapped, so its low 16 bits are its bits); bfe
+    # takes integer registers, so an f32 source is moved to a b32 one first (ptxas folds the move)
+    if src_class == "f32":
+        bits = ctx.new("b32")
+        ctx.emit(f"mov.b32 {bits}, {reg};")
+        reg = bits
+    halves = []
+    for offset in (0, dst.bits):
+        d = ctx.new("b32")
+        ctx.emit(f"{'bfe.s32' if dst.is_signed else 'bfe.u32'} {d}, {reg}, {offset}, {dst.bits};")
+        halves.append(d)
+    return halves[0], halves[1]
 
 
 # ------------------------------------------------------------------------------------------- dispatch

@@ -305,6 +305,7 @@ LOWERINGS: dict[str, Lowering] = {
     "mt.expand_dims": layout_moves.lower_expand_dims, "mt.convert_layout": layout_moves.lower_convert_layout,
     "mt.trans": layout_moves.lower_trans, "mt.reshape": layout_moves.lower_reshape,
     "mt.extract_slice": layout_moves.lower_extract_slice, "mt.concat": layout_moves.lower_concat,
+    "mt.bitcast_split": elementwise.lower_bitcast_split,
     "mt.reduce": reductions.lower_reduce, "mt.scan": reductions.lower_scan, "mt.dot": dot.lower_dot,
     "mt.local_alloc": wgmma.lower_local_alloc,
     "mt.alloc_ring": async_copy.lower_alloc_ring, "mt.async_copy": async_copy.lower_async_copy,

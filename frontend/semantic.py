@@ -342,6 +342,19 @@ class Semantic:
             return TileValue(self.b.create1("mt.bitcast", [x.handle], with_scalar(x.type, dtype)))
         return TileValue(self.b.create1("mt.cast", [x.handle], with_scalar(x.type, dtype)))
 
+    def bitcast_split(self, x: Any, dtype: Any) -> TileValue:
+        """[..., n] of a 64- / 32-bit type, or a 16-bit integer -> [..., n, 2] of `dtype` (half the width): the low
+        and high halves of each element's bits (mt.bitcast_split)."""
+        dtype = self.check_dtype(dtype)
+        x = self.to_value(x)
+        if not x.is_tile or isinstance(x.dtype, PointerType):
+            raise error(f"bitcast_split needs a tile of numbers, got {x.type}")
+        narrow_float = x.dtype.bits == 16 and (x.dtype.is_float or dtype.is_float)
+        if x.dtype.bits not in (16, 32, 64) or dtype.bits * 2 != x.dtype.bits or narrow_float or dtype.is_bool:
+            raise error(f"bitcast_split splits 64-, 32- or 16-bit (integer) elements into two of half the width: "
+                        f"{x.dtype} ({x.dtype.bits} bits) -> {dtype} ({dtype.bits} bits)")
+        return TileValue(self.b.create1("mt.bitcast_split", [x.handle], TensorType((*x.shape, 2), dtype)))
+
     def unify(self, a: Any, b: Any, what: str) -> tuple[TileValue, TileValue]:
         """Give two operands one element type and one shape (scalars splat only when the other is a tile)."""
         if not isinstance(a, TileValue) and not isinstance(b, TileValue):

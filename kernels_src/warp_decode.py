@@ -25,6 +25,10 @@ Work decomposition (docs/kernels/warp_decode.md has the full story):
   0xFF -> NaN as the OCP spec says. The CUDA-core path applies each scale once per 32-weight block to the fp32
   partial sum; the tensor-core path (mt.dot, batch >= 2) builds the weights directly in bf16 and scales them there
   (exact), two weights per instruction (the codegen packs bf16 pairs: HMUL2).
+- Two weights per 32-bit word (the v4 / v5 variants, DOT_VARIANTS): the nibbles of two weights are placed in the two
+  16-bit halves of one word by one and / multiply / and, and `mt.bitcast_split` (a width-changing bitcast) hands
+  the word to the mma as a bf16 pair; the 2**126 bias rides on the scale when every scale byte allows it; v5 reads
+  int32 words and orders K by the nibble positions in each word, so no byte permute is needed at all.
 - Tensor-core operands from registers: the mt.dot path loads a step's bytes as [H, R, 4, 16] (lane (g, t) = row
   g and g + 8, block t of each group of 4), the lane order of the m16n8k16 A fragments, and the vectors likewise
   (lane (g, t) = vector g, block t); `fragment_a` / `fragment_b` relabel K (reshape + trans, register renames), so
@@ -56,6 +60,42 @@ BLOCK_BYTES = 16  # one MX block of 32 E2M1 values
 # (2026-11-29 19:0x UTC, `python -m benchmarks.run warp_decode`): at B = 1 the mt.dot path takes 243.8 us against
 # 370.4 us on CUDA cores, so every batch uses it.
 DOT_MIN_BATCH = 1
+# The mt.dot path's variants: KernelConfig fields for (gate_up, down), selectable per call (moe_decode(variant=...))
+# so tools/warp_decode_ab.py can time them side by side (docs/kernels/warp_decode.md, "Version 4 / 5"). SASS per
+# weight of the K loop (ptxas 13.0, K3 AOT specializations; `tools/warp_decode_ab.py --sass`) and registers,
+# gate_up / down:
+#   v3           one weight per register, bias and scale two packed multiplies              6.28 / 6.68   155 / 172
+#   v4           two weights per 32-bit word (e2m1_pairs_to_bf16, mt.bitcast_split), no      4.20 / 4.58   104 / 140
+#                load masks on whole steps
+#   v4_fold      v4 with the 2**126 bias folded into the scale (when the scales allow)       3.67 / 4.04   106 / 140
+#   v4_words     v4_fold reading the weights as int32 words (4 registers per carried 16 B)   3.84 / 4.30   112 / 188
+#   v4_words_p2  v4_words with two steps prefetched (twice the bytes in flight per warp)     4.09 / 4.51   134 / 168
+#                (down spills 36 B)
+#   v4_mixed     gate_up as v4_words_p2, down as v4_fold                                      4.09 / 4.04   134 / 140
+#   v5           words, K in the words' nibble order: pairs without byte permutes, 4 dots    3.27 / 3.86   108 / 177
+#   v5_p2        v5 with two steps prefetched                                                3.47 / 4.03   128 / 170
+#   v5_mixed     gate_up as v5_p2, down as v4_fold                                            3.47 / 4.04   128 / 140
+_V4 = dict(pairs=True)
+_V4_WORDS_P2 = dict(pairs=True, words=True, prefetch=2)
+_V5 = dict(pairs=True, words=True, word_order=True)
+_V5_P2 = dict(pairs=True, words=True, word_order=True, prefetch=2)
+DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
+    "v3": (dict(pairs=False), dict(pairs=False)),
+    "v4": (dict(pairs=True, fold_bias=False), dict(pairs=True, fold_bias=False)),
+    "v4_fold": (_V4, _V4),
+    "v4_words": (dict(pairs=True, words=True), dict(pairs=True, words=True)),
+    "v4_words_p2": (_V4_WORDS_P2, _V4_WORDS_P2),
+    "v4_mixed": (_V4_WORDS_P2, _V4),
+    "v5": (_V5, _V5),
+    "v5_p2": (_V5_P2, _V5_P2),
+    "v5_mixed": (_V5_P2, _V4),
+}
+# The default stays the measured v3 (243.8 us at B = 1, 2026-11-29) until a GPU run of tools/warp_decode_ab.py
+# (tools/gpu_session.sh warp) times the others; v5_mixed is the predicted best (SASS model, bytes in flight).
+DEFAULT_DOT_VARIANT = "v3"
+# Folding the 2**126 bias into the scale needs 2**(s - 1) in bf16 range: s <= 128 (block scales up to 2, weights up to
+# 12 in magnitude; real checkpoints sit far below). Experts with a larger finite scale keep the two multiplies.
+FOLD_MAX_SCALE = 128
 MAX_BATCH = 256  # the down kernel keeps a [ROWS, next_pow2(B)] fp32 accumulator per program
 
 
@@ -70,11 +110,15 @@ class PreparedExperts:
             byte j holds element j (low nibble) and element j + 16 (high nibble); elements >= k are 0.
     scales: uint8 [E, N, row_blocks]; the E8M0 scale of each block (unchanged from the input).
     k:      the logical row length (the reduction length K).
+    max_finite_scale: the largest scale byte other than 0xFF (NaN), when known (prepare_experts measures it once):
+            with every finite scale <= FOLD_MAX_SCALE the mt.dot pairs path folds the dequant's 2**126 bias into
+            the scale (one packed multiply per weight pair instead of two, still exact).
     """
 
     blocks: torch.Tensor
     scales: torch.Tensor
     k: int
+    max_finite_scale: int | None = None
 
     @property
     def num_experts(self) -> int:
@@ -87,6 +131,11 @@ class PreparedExperts:
     @property
     def row_blocks(self) -> int:
         return self.scales.shape[2]
+
+    @property
+    def folds_bias(self) -> bool:
+        """2**126 * 2**(s - 127) = 2**(s - 1) is a bf16 number for every finite scale byte s of these experts."""
+        return self.max_finite_scale is not None and self.max_finite_scale <= FOLD_MAX_SCALE
 
     def expert_bytes(self) -> int:
         """Bytes of one expert (weights + scales): what the kernels read from HBM per distinct expert."""
@@ -117,9 +166,13 @@ def prepare_experts(blocks: torch.Tensor, scales: torch.Tensor, k: int | None = 
         raise ValueError(f"scales have {scales.shape[2]} blocks per row; K={k} needs {nb}")
     E, N, _ = blocks.shape
     out = torch.empty((E, N, nb * BLOCK_BYTES), dtype=torch.uint8, device=blocks.device)
+    max_finite = torch.zeros((), dtype=torch.uint8, device=scales.device)
     for e0 in range(0, E, experts_per_chunk):
         out[e0:e0 + experts_per_chunk] = _permute_blocks(blocks[e0:e0 + experts_per_chunk], nb)
-    return PreparedExperts(out, scales.contiguous(), k)
+        chunk = scales[e0:e0 + experts_per_chunk]
+        finite = chunk.masked_fill(chunk == mxfp4.E8M0_NAN, 0)  # 0xFF is NaN, not a large scale
+        max_finite = torch.maximum(max_finite, finite.amax()) if finite.numel() else max_finite
+    return PreparedExperts(out, scales.contiguous(), k, int(max_finite))  # one host sync, offline
 
 
 def _permute_blocks(blocks: torch.Tensor, nb: int) -> torch.Tensor:
@@ -167,6 +220,99 @@ def e2m1_to_bf16(q):
     hi = (((b & 0xF0) * 0x0104) & 0x81C0).to(mt.uint16).to(mt.bfloat16, bitcast=True)
     bias = mt.full(lo.shape, 8.507059173023462e37, mt.bfloat16)  # 2**126, exact in bf16
     return lo * bias, hi * bias
+
+
+@mt.func
+def e2m1_pairs_to_bf16(b, BIASED):
+    """Packed bytes [H, R, 4, 4, 2, 2] (b[..., w, k, p]: byte 4 w + 2 k + p of a block) -> (low-nibble values,
+    high-nibble values) as exact bf16 of the same shape: e2m1_to_bf16's bits built two at a time. An in-thread sum
+    of the shifted bytes puts bytes 2 k and 2 k + 1 in the two 16-bit halves of one word (one PRMT per pair in
+    SASS); one and / multiply / and then places both nibbles at once (n * 0x1040 < 2**16: no carry between the
+    halves), and `mt.bitcast_split` hands the halves on as a pair of bf16 without an instruction. The pair is two
+    adjacent K columns (2 t, 2 t + 1) of an m16n8k16 A fragment, so it stays one register down to the mma: 1.75
+    instructions per weight for the bits (e2m1_to_bf16: 3, plus a PRMT to pair them), then the packed bias. With
+    BIASED the values are left as value * 2**-126 (exact bf16, codes 0 / 1 subnormal) for a scale that carries
+    the 2**126 (`e8m0_to_bf16_times_2_126`): one packed multiply per pair instead of two."""
+    shift = (16 * mt.arange(0, 2)).to(mt.uint32)[None, None, None, None, None, :]
+    word = mt.sum(b.to(mt.uint32) << shift, axis=5)  # byte 2k in bits 0..7, byte 2k + 1 in bits 16..23
+    lo = ((word & 0x000F000F) * 0x1040) & 0x81C081C0
+    hi = ((word & 0x00F000F0) * 0x0104) & 0x81C081C0
+    w_lo = mt.bitcast_split(lo, mt.bfloat16)
+    w_hi = mt.bitcast_split(hi, mt.bfloat16)
+    if not BIASED:
+        bias = mt.full(w_lo.shape, 8.507059173023462e37, mt.bfloat16)  # 2**126, exact in bf16
+        w_lo = w_lo * bias
+        w_hi = w_hi * bias
+    return w_lo, w_hi
+
+
+@mt.func
+def e8m0_to_bf16_times_2_126(s):
+    """E8M0 scale bytes -> bf16 2**126 * 2**(s - 127) = 2**(s - 1): bits (s + 126) << 7, exact for s <= 128 (the
+    caller checks: FOLD_MAX_SCALE), 0x00 -> 0.5 (no subnormal case left), 0xFF -> NaN. Times value * 2**-126 this
+    is value * 2**(s - 127) exactly (2 significant bits, subnormals included)."""
+    e = s.to(mt.uint32)
+    bits = mt.where(e == 255, 0x7FC0, (e + 126) << 7)
+    return bits.to(mt.uint16).to(mt.bfloat16, bitcast=True)
+
+
+@mt.func
+def e2m1_word_pairs_to_bf16(x, BIASED):
+    """Packed words [..., n] (uint32: bytes 4 w .. 4 w + 3 of a block, byte j = element j | element j + 16 << 4)
+    -> the bf16 pairs of nibbles 0 and 2 (elements (j, j + 2) of the low nibbles, byte 0 and byte 2) and of
+    nibbles 1 and 3 (the high nibbles: elements (j + 16, j + 18)), each [..., n, 2]: the two nibbles of a pair sit
+    16 bits apart in the word already, so one and / multiply / and builds both bf16 (no byte permute at all; the
+    caller orders K to match: see stream_rows_dot's WORD_ORDER). x >> 8 gives the pairs of bytes 1 and 3."""
+    lo = ((x & 0x000F000F) * 0x1040) & 0x81C081C0
+    hi = ((x & 0x00F000F0) * 0x0104) & 0x81C081C0
+    w_lo = mt.bitcast_split(lo, mt.bfloat16)
+    w_hi = mt.bitcast_split(hi, mt.bfloat16)
+    if not BIASED:
+        bias = mt.full(w_lo.shape, 8.507059173023462e37, mt.bfloat16)  # 2**126, exact in bf16
+        w_lo = w_lo * bias
+        w_hi = w_hi * bias
+    return w_lo, w_hi
+
+
+@mt.func
+def fragment_a_words(w, ROWS, H):
+    """Weights [H, R, 4, 4, 2] (w[h, r, t, w, p]: pair p of word w of block (h, t)) -> an A operand [R, 32 H], column
+    32 h + 8 w + 2 t + p: each register pair of the m16n8k16 fragment (columns 2 t, 2 t + 1) is one word's pair."""
+    return mt.trans(w, 1, 0, 3, 2, 4).reshape((ROWS, H * 32))
+
+
+@mt.func
+def fragment_b_words(v, r, NT, H, JH, JL):
+    """The B operand [32 H, NT] matching fragment_a_words for the elements 4 w + 2 p + r of vectors loaded as
+    [JH, H, NT, 4, JL] (element JL * jh + jl of block (h, t), 16 bytes per lane): the even (r = 0) or odd (r = 1)
+    elements, column 32 h + 8 w + 2 t + p. A static slice and renames; the bf16 of a B register come from two
+    loaded registers (ptxas pairs them with one PRMT)."""
+    A = JL // 4
+    picked = v.reshape((JH, H, NT, 4, A, 2, 2))[:, :, :, :, :, :, r:r + 1]  # keeps its size-1 dim: a rename
+    return mt.trans(picked, 1, 0, 4, 3, 5, 6, 2).reshape((H * 32, NT))
+
+
+@mt.func
+def dot_words(acc, a0, a1, a16, a17, v_lo, v_hi, NT, H, JH, JL):
+    """The four dots of a WORD_ORDER step: weights of elements (4 w + 2 p + r) and (16 + ...) for r = 0, 1 against
+    the matching vector elements (v_lo: elements 0..15 of each block, v_hi: 16..31)."""
+    acc = mt.dot(a0, fragment_b_words(v_lo, 0, NT, H, JH, JL), acc)
+    acc = mt.dot(a1, fragment_b_words(v_lo, 1, NT, H, JH, JL), acc)
+    acc = mt.dot(a16, fragment_b_words(v_hi, 0, NT, H, JH, JL), acc)
+    acc = mt.dot(a17, fragment_b_words(v_hi, 1, NT, H, JH, JL), acc)
+    return acc
+
+
+@mt.func
+def block_bytes(q, ROWS, H, WORDS):
+    """The step's packed weights as bytes [H, R, 4, 4, 2, 2] in memory order (byte 4 w + 2 k + p of each block):
+    from the loaded byte tile [H, R, 4, 16] (a reshape: a register rename), or from the int32 word tile
+    [H, R, 4, 4] (WORDS) by splitting each word into its 4 bytes (mt.bitcast_split twice: bit-field extracts)."""
+    if WORDS:
+        b = mt.bitcast_split(mt.bitcast_split(q.to(mt.uint32, bitcast=True), mt.uint16), mt.uint8)
+    else:
+        b = q.reshape((H, ROWS, 4, 4, 2, 2))
+    return b
 
 
 @mt.func
@@ -222,7 +368,8 @@ def load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb, lane_block, j, row_
 
 @mt.func
 def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks, part_stride,
-                ROWS, TEAMS, NT, BLOCKS, USE_DOT, VMODE, FULL_STEPS):
+                ROWS, TEAMS, NT, BLOCKS, USE_DOT, VMODE, FULL_STEPS, PAIRS=False, PREFETCH=1,
+                WORDS=False, FOLD_BIAS=False, WORD_ORDER=False):
     """acc[r, t, s] = sum_{k < K} W[row[r, t], k] * v[v_index[t, s] * v_stride + k] for the weight rows `row` (i64
     [R, T], rows of `row_blocks` MX blocks) where `live`, and the vector rows `v_index` (i32 [T, NT]) where `v_live`.
     v_stride (a multiple of 16 in the AOT signatures) multiplies the row index *after* any per-slot pick, so the
@@ -231,10 +378,17 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, 
     USE_DOT (TEAMS == 1): tensor cores (`stream_rows_dot`); else CUDA cores (`stream_rows_fma`). VMODE (the
     vector's form): 0 as is (bf16 on the mt.dot path), 1 f32 (the mt.dot path splits it into bf16 hi + lo parts),
     2 already split (mt.dot only): bf16 parts v = hi and v + part_stride = lo. FULL_STEPS: K == 32 * row_blocks
-    and row_blocks is a multiple of BLOCKS (no partial block, no step past the row's end)."""
+    and row_blocks is a multiple of BLOCKS (no partial block, no step past the row's end). PAIRS (mt.dot only):
+    dequantize two weights per 32-bit word (`e2m1_pairs_to_bf16`) rather than one per register. PREFETCH (mt.dot
+    only): weight steps loaded ahead, 1 or 2. WORDS (PAIRS only): wq_ptr points at the packed weights as int32
+    words (a carried step is 4 registers per 16 bytes instead of one per byte, which a 2-deep prefetch needs).
+    FOLD_BIAS (PAIRS only): every finite scale byte is <= FOLD_MAX_SCALE, so the 2**126 bias rides on the scale.
+    WORD_ORDER (WORDS only): K ordered by the nibble positions inside each word (e2m1_word_pairs_to_bf16), four
+    dots per step, no byte permutes on the weights."""
     if USE_DOT:
         result = stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
-                                 part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS).reshape((ROWS, 1, NT))
+                                 part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS, PAIRS, PREFETCH,
+                                 WORDS, FOLD_BIAS, WORD_ORDER).reshape((ROWS, 1, NT))
     else:
         result = stream_rows_fma(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                                  ROWS, TEAMS, NT, BLOCKS, FULL_STEPS)
@@ -302,6 +456,13 @@ def fragment_a(w, ROWS, H):
 
 
 @mt.func
+def fragment_a_pairs(w, ROWS, H):
+    """fragment_a for weights dequantized from words, [H, R, 4, 4, 2, 2] (w[h, r, t, w, k, p]: byte 4 w + 2 k + p
+    of block (h, t) of row r): the same A operand [R, 64 H], column 64 h + 8 m + 2 t + p with m = 2 w + k."""
+    return mt.trans(w, 1, 0, 3, 4, 2, 5).reshape((ROWS, H * 64))
+
+
+@mt.func
 def fragment_b(v, NT, H, JH, JL):
     """Vectors [JH, H, NT, 4, JL] (v[jh, h, n, t, jl]: element JL * jh + jl of block (h, t) of vector n; JL
     elements are 16 bytes) -> the B operand [64 H, NT] in fragment_a's K order. Loaded with lane (g, t) = (vector,
@@ -311,20 +472,37 @@ def fragment_b(v, NT, H, JH, JL):
 
 
 @mt.func
-def load_fragment_bytes(wq_ptr, q_row, live, blk, j, row_blocks, FULL_STEPS):
-    """The packed bytes [H, R, 4, 16] of blocks blk (i32 [H, 4]) of the rows at byte offsets q_row (i64 [R]) where
-    `live`; blocks past the row's end read 0 (FULL_STEPS: the caller keeps blk inside the row)."""
+def load_fragment_bytes(wq_ptr, q_row, live, blk, j, row_blocks, FULL_STEPS, UNIT, UNMASKED=False):
+    """The packed bytes [H, R, 4, UNIT] of blocks blk (i32 [H, 4]) of the rows at offsets q_row (i64 [R]) where
+    `live`, j = arange(UNIT): 16 bytes per block, or 4 words when wq_ptr points at the blocks as int32 (the v4
+    path: a loop-carried word tile is 4 registers per 16 bytes, a byte tile 16); blocks past the row's end read 0
+    (FULL_STEPS: the caller keeps blk inside the row). UNMASKED: no mask at all (the caller points dead rows at a
+    real row and discards their results), which saves zeroing the destination registers before every load."""
+    at = wq_ptr + q_row[None, :, None, None] + (blk * UNIT)[:, None, :, None] + j[None, None, None, :]
+    if UNMASKED:
+        return mt.load(at)
     if FULL_STEPS:
         ok = live[None, :, None, None] & (j >= 0)[None, None, None, :]
     else:
         ok = live[None, :, None, None] & (blk < row_blocks)[:, None, :, None]
-    return mt.load(wq_ptr + q_row[None, :, None, None] + (blk * 16)[:, None, :, None] + j[None, None, None, :],
-                   mask=ok, other=0)
+    return mt.load(at, mask=ok, other=0)
+
+
+@mt.func
+def load_masked(at, ok, UNMASKED):
+    """mt.load(at, mask=ok, other=0), or without the mask when UNMASKED (every address is valid and the values
+    behind a false `ok` are discarded by the caller)."""
+    if UNMASKED:
+        v = mt.load(at)
+    else:
+        v = mt.load(at, mask=ok, other=0)
+    return v
 
 
 @mt.func
 def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
-                    part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS):
+                    part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS, PAIRS, PREFETCH,
+                    WORDS, FOLD_BIAS, WORD_ORDER):
     """stream_rows on tensor cores (TEAMS == 1, ROWS a multiple of 16, BLOCKS of 4): acc [R, NT] with mt.dot.
 
     Each step reads BLOCKS blocks of every row as a [H, R, 4, 16] byte tile, H = BLOCKS / 4: byte j of block
@@ -338,15 +516,25 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
     H = BLOCKS // 4
     row1 = mt.sum(row, axis=1)  # [R]: one item (TEAMS == 1)
     live1 = mt.sum(live.to(mt.int32), axis=1) > 0
+    # v4 on whole steps: no load masks at all. Dead rows read row 0 and dead pair slots vector row 0 (the callers
+    # point them there), and their products land in accumulator rows / columns that are never stored (masked
+    # stores, the combine's `where`): no registers zeroed before each predicated load, no predicates.
+    UNMASKED = FULL_STEPS and PAIRS
+    if UNMASKED:
+        row1 = mt.where(live1, row1, 0)
     v_row = mt.sum(v_index, axis=0) * v_stride  # [NT]; the stride after the sum keeps the rows 16-aligned
     v_ok = mt.sum(v_live.to(mt.int32), axis=0) > 0
-    blk_ht = 4 * mt.arange(0, H)[:, None] + mt.arange(0, 4)[None, :]  # [H, 4]: block of (h, t) in the step
-    j = mt.arange(0, 16)
+    UNIT = 4 if WORDS else 16  # the weights as int32 words or bytes
+    if WORDS:  # not arange(0, 4)[None, :]: CSE would merge it with the word index j = arange(0, 4), one value
+        blk_ht = mt.arange(0, 4 * H).reshape((H, 4))  # for two roles, and the tiling would mix their dims up
+    else:
+        blk_ht = 4 * mt.arange(0, H)[:, None] + mt.arange(0, 4)[None, :]  # [H, 4]: block of (h, t) in the step
+    j = mt.arange(0, UNIT)
     JL = 4 if VMODE == 1 else 8  # vector elements per 16 bytes (f32 / bf16)
     JH = 16 // JL
     jh = mt.arange(0, JH)
     jl = mt.arange(0, JL)
-    q_row = row1 * (row_blocks * 16)
+    q_row = row1 * (row_blocks * UNIT)
     s_row = row1 * row_blocks
     acc = mt.zeros((ROWS, NT), mt.float32)
     # Register prefetch of the weight bytes, as on CUDA cores: step kb + BLOCKS's are in flight while step kb is
@@ -355,42 +543,91 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
     # lane), whereas a carried scale tile gets its own coalesced layout and a shared-memory conversion right
     # after its load, which would wait for it. Their latency hides behind the nibble decoding that precedes the
     # scale multiply, and a row's scales share sectors across steps (L2 hits).
-    q_next = load_fragment_bytes(wq_ptr, q_row, live1, blk_ht, j, row_blocks, FULL_STEPS)
+    # PREFETCH = 2 keeps two steps in flight (q_next, q_next2: 16 more registers per lane), for more bytes in flight
+    # per SM than one step per warp gives.
+    q_next = load_fragment_bytes(wq_ptr, q_row, live1, blk_ht, j, row_blocks, FULL_STEPS, UNIT,
+                                 UNMASKED)
+    if PREFETCH == 2:
+        if FULL_STEPS:
+            kb_second = mt.minimum(BLOCKS, row_blocks - BLOCKS)
+        else:
+            kb_second = BLOCKS
+        q_next2 = load_fragment_bytes(wq_ptr, q_row, live1, kb_second + blk_ht, j, row_blocks, FULL_STEPS, UNIT,
+                                      UNMASKED)
     for kb in range(0, row_blocks, BLOCKS):
         blk = kb + blk_ht
         q = q_next
-        if FULL_STEPS:  # the last step prefetches itself again (an L2 hit) rather than reading past the row
-            kb_next = mt.minimum(kb + BLOCKS, row_blocks - BLOCKS)
+        if FULL_STEPS:  # the last steps prefetch the last one again (an L2 hit) rather than reading past the row
+            kb_next = mt.minimum(kb + PREFETCH * BLOCKS, row_blocks - BLOCKS)
         else:
-            kb_next = kb + BLOCKS
-        q_next = load_fragment_bytes(wq_ptr, q_row, live1, kb_next + blk_ht, j, row_blocks, FULL_STEPS)
+            kb_next = kb + PREFETCH * BLOCKS
+        if PREFETCH == 2:
+            q_next = q_next2
+            q_next2 = load_fragment_bytes(wq_ptr, q_row, live1, kb_next + blk_ht, j, row_blocks, FULL_STEPS, UNIT,
+                                          UNMASKED)
+        else:
+            q_next = load_fragment_bytes(wq_ptr, q_row, live1, kb_next + blk_ht, j, row_blocks, FULL_STEPS, UNIT,
+                                         UNMASKED)
         s_ok = live1[None, :, None] & (blk < row_blocks)[:, None, :]
-        s_bytes = mt.load(ws_ptr + s_row[None, :, None] + blk[:, None, :], mask=s_ok, other=0)
-        scale = e8m0_to_bf16(s_bytes)[:, :, :, None]
-        w_lo, w_hi = e2m1_to_bf16(q)
-        a_lo = fragment_a(w_lo * scale, ROWS, H)
-        a_hi = fragment_a(w_hi * scale, ROWS, H)
+        s_bytes = load_masked(ws_ptr + s_row[None, :, None] + blk[:, None, :], s_ok, UNMASKED)
+        if WORD_ORDER:  # pairs straight from the nibble positions of each word: 4 dots in the words' K order
+            if FOLD_BIAS:
+                scale = e8m0_to_bf16_times_2_126(s_bytes)[:, :, :, None, None]
+            else:
+                scale = e8m0_to_bf16(s_bytes)[:, :, :, None, None]
+            x = q.to(mt.uint32, bitcast=True)
+            w0, w16 = e2m1_word_pairs_to_bf16(x, FOLD_BIAS)
+            w1, w17 = e2m1_word_pairs_to_bf16(x >> 8, FOLD_BIAS)
+            a_lo = fragment_a_words(w0 * scale, ROWS, H)
+            a_hi = fragment_a_words(w16 * scale, ROWS, H)
+            a_lo1 = fragment_a_words(w1 * scale, ROWS, H)
+            a_hi1 = fragment_a_words(w17 * scale, ROWS, H)
+        elif PAIRS:  # two weights per 32-bit word down to the mma (bitcast_split)
+            if FOLD_BIAS:  # the 2**126 rides on the scale: one packed multiply per pair
+                scale = e8m0_to_bf16_times_2_126(s_bytes)[:, :, :, None, None, None]
+            else:
+                scale = e8m0_to_bf16(s_bytes)[:, :, :, None, None, None]
+            w_lo, w_hi = e2m1_pairs_to_bf16(block_bytes(q, ROWS, H, WORDS), FOLD_BIAS)
+            a_lo = fragment_a_pairs(w_lo * scale, ROWS, H)
+            a_hi = fragment_a_pairs(w_hi * scale, ROWS, H)
+        else:
+            scale = e8m0_to_bf16(s_bytes)[:, :, :, None]
+            w_lo, w_hi = e2m1_to_bf16(q)
+            a_lo = fragment_a(w_lo * scale, ROWS, H)
+            a_hi = fragment_a(w_hi * scale, ROWS, H)
         # The vectors as [JH, H, NT, 4, JL]: 16 bytes per lane, lanes (vector, block within 4) like the weights'.
         k_lo = (JL * jh)[:, None, None, None, None] + (blk * 32)[None, :, None, :, None] + jl[None, None, None, None, :]
         v_at = v_ptr + v_row[None, None, :, None, None] + k_lo
         if FULL_STEPS:
-            v_lo = mt.load(v_at, mask=v_ok[None, None, :, None, None], other=0)
-            v_hi = mt.load(v_at + 16, mask=v_ok[None, None, :, None, None], other=0)
+            v_lo = load_masked(v_at, v_ok[None, None, :, None, None], UNMASKED)
+            v_hi = load_masked(v_at + 16, v_ok[None, None, :, None, None], UNMASKED)
         else:
             v_lo = mt.load(v_at, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
             v_hi = mt.load(v_at + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K), other=0)
-        if VMODE == 2:  # bf16 hi and lo parts of an f32 vector, split once by the producer
+        if VMODE == 2 and WORD_ORDER:
+            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
+        elif VMODE == 2:  # bf16 hi and lo parts of an f32 vector, split once by the producer
             acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
             acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+        if VMODE == 2:
             if FULL_STEPS:
-                v_lo = mt.load(v_at + part_stride, mask=v_ok[None, None, :, None, None], other=0)
-                v_hi = mt.load(v_at + part_stride + 16, mask=v_ok[None, None, :, None, None], other=0)
+                v_lo = load_masked(v_at + part_stride, v_ok[None, None, :, None, None], UNMASKED)
+                v_hi = load_masked(v_at + part_stride + 16, v_ok[None, None, :, None, None], UNMASKED)
             else:
                 v_lo = mt.load(v_at + part_stride, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
                 v_hi = mt.load(v_at + part_stride + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K),
                                other=0)
-            acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
-            acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+            if WORD_ORDER:
+                acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
+            else:
+                acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
+                acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+        elif VMODE == 1 and WORD_ORDER:
+            v_lo_top = v_lo.to(mt.bfloat16)
+            v_hi_top = v_hi.to(mt.bfloat16)
+            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo_top, v_hi_top, NT, H, JH, JL)
+            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, (v_lo - v_lo_top.to(mt.float32)).to(mt.bfloat16),
+                            (v_hi - v_hi_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL)
         elif VMODE == 1:  # f32 vector: bf16 hi part + bf16 rest, two dots each (about 16 mantissa bits)
             v_lo_top = v_lo.to(mt.bfloat16)
             v_hi_top = v_hi.to(mt.bfloat16)
@@ -398,6 +635,8 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
             acc = mt.dot(a_hi, fragment_b(v_hi_top, NT, H, JH, JL), acc)
             acc = mt.dot(a_lo, fragment_b((v_lo - v_lo_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL), acc)
             acc = mt.dot(a_hi, fragment_b((v_hi - v_hi_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL), acc)
+        elif WORD_ORDER:
+            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
         else:
             acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
             acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
@@ -412,7 +651,9 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
                    n_pairs, topk, D, I, row_blocks,
                    ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr,
                    DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr,
-                   H_PARTS: mt.constexpr = False):
+                   H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
+                   PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
+                   WORD_ORDER: mt.constexpr = False):
     """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32; with H_PARTS as
     bf16 parts instead, h_ptr[0, p, i] = bf16(h) and h_ptr[1, p, i] = bf16(h - bf16(h)) (what the mt.dot down
     kernel feeds its tensor cores: split once here rather than by each of its programs).
@@ -437,7 +678,8 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
         row = expert.to(mt.int64)[None, :] * (2 * I) + w_row[:, None]
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr,
                           mt.where(pair_ok, pair, 0) // topk, D, pair_ok, D, row_blocks, 0, ROWS, TEAMS, NT,
-                          BLOCKS, USE_DOT, 0, FULL_STEPS)
+                          BLOCKS, USE_DOT, 0, FULL_STEPS, PAIRS, PREFETCH, WORDS, FOLD_BIAS,
+                          WORD_ORDER)
         acc = acc.reshape((HALF, 2, TEAMS, NT))
         gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=1)
         up = mt.sum(mt.where(is_gate, 0.0, acc), axis=1)
@@ -457,7 +699,9 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
                 n_pairs, topk, batch, D, I, row_blocks,
                 ROWS: mt.constexpr, TEAMS: mt.constexpr, BLOCKS: mt.constexpr, NT: mt.constexpr, BT: mt.constexpr,
                 DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr,
-                H_PARTS: mt.constexpr = False):
+                H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
+                   PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
+                   WORD_ORDER: mt.constexpr = False):
     """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused (h fp32, or with
     H_PARTS (mt.dot only) gate_up's bf16 parts [2, pairs, I]): the program keeps
     a [ROWS, BT] fp32 accumulator (rows x tokens) over its work items and writes each output once. With an item
@@ -477,7 +721,8 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
         row = expert.to(mt.int64)[None, :] * D + d[:, None]
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr,
                           mt.where(pair_ok, pair, 0), I, pair_ok, I, row_blocks, n_pairs * I, ROWS, TEAMS, NT,
-                          BLOCKS, USE_DOT, 2 if H_PARTS else 1, FULL_STEPS)
+                          BLOCKS, USE_DOT, 2 if H_PARTS else 1, FULL_STEPS, PAIRS, PREFETCH, WORDS,
+                          FOLD_BIAS, WORD_ORDER)
         weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
         mine = ((pair // topk)[:, :, None] == token[None, None, :]) & pair_ok[:, :, None]  # [T, NT, BT]
         contrib = mt.where(mine[None, :, :, :], (acc * weight[None, :, :])[:, :, :, None], 0.0)
@@ -486,16 +731,17 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
     mt.store(split_at + token[None, :] * D + d[:, None], out, mask=row_ok[:, None] & (token < batch)[None, :])
 
 
-def _signature(kind: str, pairs: str, h: str = "fp32") -> str:
+def _signature(kind: str, pairs: str, h: str = "fp32", wq: str = "u8") -> str:
     """AOT signature of gate_up_kernel / down_kernel; `pairs` is i32 without dedup (the ids stand in), i64 with it
-    (torch.sort's indices); `h` is fp32, or bf16 for the H_PARTS form of h."""
-    common = (f"ids_ptr:*i32:16,pairs_ptr:*{pairs}:16,first_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*u8:16,"
+    (torch.sort's indices); `h` is fp32, or bf16 for the H_PARTS form of h; `wq` the packed weights as bytes (u8)
+    or, on the PAIRS path, int32 words (i32)."""
+    common = (f"ids_ptr:*i32:16,pairs_ptr:*{pairs}:16,first_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*{wq}:16,"
               "ws_ptr:*u8:16")
     if kind == "gate_up":
         return (f"x_ptr:*bf16:16,{common},h_ptr:*{h}:16,n_pairs:i32:16,topk:i32:16,D:i32:16,I:i32:16,"
                 "row_blocks:i32:16")
     return (f"h_ptr:*{h}:16,ids_ptr:*i32:16,wts_ptr:*fp32:16,pairs_ptr:*{pairs}:16,first_ptr:*i32:16,"
-            "n_items_ptr:*i32:16,wq_ptr:*u8:16,ws_ptr:*u8:16,out_ptr:*bf16:16,n_pairs:i32:16,topk:i32:16,batch:i32,"
+            f"n_items_ptr:*i32:16,wq_ptr:*{wq}:16,ws_ptr:*u8:16,out_ptr:*bf16:16,n_pairs:i32:16,topk:i32:16,batch:i32,"
             "D:i32:16,I:i32:16,row_blocks:i32:16")
 
 
@@ -509,6 +755,17 @@ gate_up_kernel.specialize(signature=_signature("gate_up", "i64", "bf16"), ROWS=1
                           DEDUP=True, USE_DOT=True, FULL_STEPS=True, H_PARTS=True, num_warps=1)
 down_kernel.specialize(signature=_signature("down", "i64", "bf16"), ROWS=16, TEAMS=1, BLOCKS=8, NT=8, BT=16,
                        DEDUP=True, USE_DOT=True, FULL_STEPS=True, H_PARTS=True, num_warps=1)
+# v4 (docs/kernels/warp_decode.md): weights dequantized in pairs (bitcast_split), the bias folded or not, read as
+# bytes or as int32 words, one or two steps prefetched.
+for _words, _prefetch, _fold, _order in ((False, 1, False, False), (False, 1, True, False), (True, 1, True, False),
+                                         (True, 2, True, False), (True, 1, True, True), (True, 2, True, True)):
+    _wq = "i32" if _words else "u8"
+    gate_up_kernel.specialize(signature=_signature("gate_up", "i64", "bf16", _wq), ROWS=16, TEAMS=1, BLOCKS=8, NT=8,
+                              DEDUP=True, USE_DOT=True, FULL_STEPS=True, H_PARTS=True, PAIRS=True,
+                              PREFETCH=_prefetch, WORDS=_words, FOLD_BIAS=_fold, WORD_ORDER=_order, num_warps=1)
+    down_kernel.specialize(signature=_signature("down", "i64", "bf16", _wq), ROWS=16, TEAMS=1, BLOCKS=8, NT=8,
+                           BT=16, DEDUP=True, USE_DOT=True, FULL_STEPS=True, H_PARTS=True, PAIRS=True,
+                           PREFETCH=_prefetch, WORDS=_words, FOLD_BIAS=_fold, WORD_ORDER=_order, num_warps=1)
 
 
 # ------------------------------------------------------------------------------------------ routing
@@ -606,6 +863,11 @@ class KernelConfig:
     blocks: int
     num_warps: int
     splits: int | None = None
+    pairs: bool = False  # mt.dot only: dequantize two weights per 32-bit word (e2m1_pairs_to_bf16, bitcast_split)
+    prefetch: int = 1  # mt.dot only: weight steps loaded ahead into registers (1 or 2)
+    words: bool = False  # pairs only: read the packed weights as int32 words (small carried tiles, for prefetch 2)
+    fold_bias: bool | None = None  # pairs only: the 2**126 bias on the scale; None: when the experts allow it
+    word_order: bool = False  # words only: K in the words' nibble order, pairs without byte permutes (4 dots/step)
 
 
 def pick_teams(row_blocks: int, items_hint: int) -> int:
@@ -621,11 +883,14 @@ def pick_teams(row_blocks: int, items_hint: int) -> int:
     return best
 
 
-def pick_config(row_blocks: int, items_hint: int, use_dot: bool) -> KernelConfig:
+def pick_config(row_blocks: int, items_hint: int, use_dot: bool, variant: str | None = None,
+                kernel: str = "gate_up") -> KernelConfig:
     """Default tiles: CUDA cores with ROWS = num_warps = 8 (a warp per row) and lane teams; or mt.dot with one warp
-    per 16 rows (the m16n8k16 A operand), 8 blocks (256 weights) per step."""
+    per 16 rows (the m16n8k16 A operand), 8 blocks (256 weights) per step, dequantized as `variant` says for
+    `kernel` ("gate_up" or "down"; variant: a key of DOT_VARIANTS, default DEFAULT_DOT_VARIANT)."""
     if use_dot:
-        return KernelConfig(True, rows=16, teams=1, blocks=8, num_warps=1)
+        options = DOT_VARIANTS[variant or DEFAULT_DOT_VARIANT][0 if kernel == "gate_up" else 1]
+        return KernelConfig(True, rows=16, teams=1, blocks=8, num_warps=1, **options)
     teams = pick_teams(row_blocks, items_hint)
     return KernelConfig(False, rows=8, teams=teams, blocks=32 // teams, num_warps=8)
 
@@ -655,6 +920,16 @@ def _check_config(config: KernelConfig) -> None:
         raise ValueError("config.rows must be at least 2 (gate and up rows of a neuron share a program)")
     if config.use_dot and (config.teams != 1 or config.rows % 16 or config.blocks % 4):
         raise ValueError("the mt.dot path takes teams=1, rows a multiple of 16 and blocks a multiple of 4")
+    if config.prefetch not in (1, 2) or (config.prefetch != 1 and not config.use_dot):
+        raise ValueError(f"config.prefetch must be 1 or 2 (2 on the mt.dot path only), got {config.prefetch}")
+    if config.pairs and not config.use_dot:
+        raise ValueError("config.pairs (two weights per 32-bit word) is for the mt.dot path")
+    if config.fold_bias and not config.pairs:
+        raise ValueError("config.fold_bias goes with config.pairs")
+    if config.word_order and not config.words:
+        raise ValueError("config.word_order goes with config.words")
+    if config.words and not config.pairs:
+        raise ValueError("config.words (weights read as int32 words) goes with config.pairs")
     if config.splits is not None and config.splits < 1:
         raise ValueError(f"config.splits must be at least 1, got {config.splits}")
 
@@ -665,6 +940,22 @@ def _check_config(config: KernelConfig) -> None:
 def _full_steps(w: PreparedExperts, config: KernelConfig) -> bool:
     """Every K step of every lane lies inside the row (no partial block, no lane past the row's end)."""
     return w.k == w.row_blocks * mxfp4.BLOCK and w.row_blocks % config.blocks == 0
+
+
+def _weight_operand(w: PreparedExperts, config: KernelConfig) -> torch.Tensor:
+    """The packed weights as the kernel reads them: bytes, or (config.words) the same memory as int32 words (rows
+    are whole 16-byte blocks, so every row is whole words)."""
+    return w.blocks.view(torch.int32) if config.words else w.blocks
+
+
+def _fold_bias(w: PreparedExperts, config: KernelConfig) -> bool:
+    """Whether this launch folds the dequant bias into the scale (pairs path; see FOLD_MAX_SCALE)."""
+    if not config.pairs or config.fold_bias is False:
+        return False
+    if config.fold_bias and not w.folds_bias:
+        raise ValueError(f"fold_bias needs every finite scale byte <= {FOLD_MAX_SCALE}; these experts have "
+                         f"{w.max_finite_scale} (None: not measured, use prepare_experts)")
+    return w.folds_bias
 
 
 def _check_experts(w: PreparedExperts, name: str) -> None:
@@ -692,10 +983,12 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     programs = mt.cdiv(I, config.rows // 2)
     grid = (programs, pick_splits(config, programs, routing.n_pairs, x.is_cuda))
     gate_up_kernel[grid](x, routing.ids, routing.pairs, routing.first, routing.n_items,
-                         w13.blocks, w13.scales, h, routing.n_pairs, routing.topk, D, I, w13.row_blocks,
+                         _weight_operand(w13, config), w13.scales, h, routing.n_pairs, routing.topk, D, I, w13.row_blocks,
                          ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
                          DEDUP=routing.dedup, USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config),
-                         H_PARTS=parts, num_warps=config.num_warps)
+                         H_PARTS=parts, PAIRS=config.pairs, PREFETCH=config.prefetch,
+                         WORDS=config.words, FOLD_BIAS=_fold_bias(w13, config), WORD_ORDER=config.word_order,
+                         num_warps=config.num_warps)
     return h
 
 
@@ -714,7 +1007,7 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
         raise ValueError(f"moe decode handles batches up to {MAX_BATCH}, got {routing.batch}")
     D = w2.rows
     if config is None:
-        config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
+        config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH, kernel="down")
     _check_config(config)
     if parts and not config.use_dot:
         raise ValueError("h as bf16 parts is for the mt.dot path (the CUDA-core path takes fp32 h)")
@@ -725,11 +1018,13 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
     else:  # fp32 partial sums per split, summed below in a fixed order (deterministic, no atomics)
         out = torch.empty((splits, routing.batch, D), dtype=torch.float32, device=h.device)
     grid = (programs, splits)
-    down_kernel[grid](h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.blocks,
-                      w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I, w2.row_blocks,
+    down_kernel[grid](h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
+                      _weight_operand(w2, config), w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I, w2.row_blocks,
                       ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
                       BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
-                      FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, num_warps=config.num_warps)
+                      FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, PAIRS=config.pairs,
+                      PREFETCH=config.prefetch, WORDS=config.words, FOLD_BIAS=_fold_bias(w2, config),
+                      WORD_ORDER=config.word_order, num_warps=config.num_warps)
     return out if splits == 1 else out.sum(dim=0).to(out_dtype)
 
 
@@ -747,7 +1042,7 @@ def plan_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, use_dot: bo
 
 def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: PreparedExperts,
                w2: PreparedExperts, *, out_dtype: torch.dtype = torch.bfloat16, use_dot: bool | None = None,
-               dedup: bool | None = None) -> torch.Tensor:
+               dedup: bool | None = None, variant: str | None = None) -> torch.Tensor:
     """The routed-expert part of an MXFP4 MoE layer for a decode batch.
 
     x:            bf16 [B, D] (B <= 256), contiguous.
@@ -758,12 +1053,15 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     out_dtype:    bf16 (default), or fp32 to see the result before the output rounding.
     use_dot:      force the mt.dot (True) or CUDA-core (False) inner products; default: mt.dot from B = 2.
     dedup:        group pairs by expert so shared experts are read once; default: when B > 1 or on mt.dot.
+    variant:      the mt.dot path's variant, a key of DOT_VARIANTS (default DEFAULT_DOT_VARIANT).
     Returns out_dtype [B, D] = sum_j w[b, j] * W2[e] @ (silu(W13[e, :I] @ x_b) * (W13[e, I:] @ x_b)), e = ids[b, j].
     """
     _check_inputs(x, topk_ids, topk_weights, w13, w2)
     routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup)
-    c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot)
-    c2 = pick_config(w2.row_blocks, routing.n_pairs, use_dot)
+    if variant is not None and variant not in DOT_VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(DOT_VARIANTS)}, got {variant!r}")
+    c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
+    c2 = pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
     h = gate_up(x, routing, w13, c13, parts=use_dot)
     return down(h, routing, w2, out_dtype, c2)
 

@@ -20,9 +20,10 @@ from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, in
 __all__ = [
     "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
-    "store", "atomic_add", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log",
-    "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin", "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum",
-    "fma", "cdiv", "cast", "trans", "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
+    "store", "atomic_add", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum",
+    "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin",
+    "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum", "fma", "cdiv", "cast", "bitcast_split", "trans",
+    "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
 ]
 
 dtype = ScalarType
@@ -243,6 +244,15 @@ cdiv.__mt_host__ = lambda x, y: -(-x // y)  # type: ignore[attr-defined]
 def cast(x: Any, dtype: ScalarType, bitcast: bool = False, _sem: Any = None) -> Any:
     """Convert to `dtype` (same as `x.to(dtype, bitcast=...)`)."""
     return _sem.cast(x, dtype, bitcast)
+
+
+@builtin
+def bitcast_split(x: Any, dtype: ScalarType, _sem: Any = None) -> Any:
+    """Width-changing bitcast: a tile [..., n] of 64-, 32- or 16-bit (integer) elements -> [..., n, 2] of `dtype`,
+    half the width; element [..., i, 0] = the low half of x[..., i]'s bits, [..., i, 1] = the high half. E.g. two
+    bf16 built side by side in one uint32 (`lo | hi << 16`) become a pair of bf16 with no instruction at all, and
+    a uint32 split twice (uint16, then uint8) gives its 4 bytes in memory order."""
+    return _sem.bitcast_split(x, dtype)
 
 
 @builtin

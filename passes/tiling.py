@@ -34,7 +34,10 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    (`split_layout`: a register rename) when there is one. A static slice (extract_slice) takes its source's
    layout when that makes it a register selection (`subtile_layout`), else its consumers decide and the codegen
    moves the elements; a concat and its pieces share the result's layout when every piece is then a register
-   selection of the result, else the pieces are free (docs/layouts.md). From each anchor, in
+   selection of the result, else the pieces are free (docs/layouts.md). A width-changing bitcast
+   (bitcast_split, [..., n] -> [..., n, 2]) gives its result the operand's layout plus a fastest in-thread dim of
+   2 (`bitcast_split_layout`: a register rename), and takes from a result layout holding that dim in-thread its
+   slice over it. From each anchor, in
    program order, layouts flood through the ties to every node not yet decided. A reduce reached from its result,
    or an expand_dims reached from its operand, with a layout that is not the matching slice stays undecided: the
    small side does not choose the layout of the big tile (the big tile's own flood decides it, and the conversion
@@ -53,10 +56,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
-from minitriton.ir.layouts import (WARP_SIZE, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
+from minitriton.ir.layouts import (WARP_SIZE, blocked, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
                                    is_slice, layouts_equivalent, permute_layout, slice_of, split_layout, subtile_layout,
                                    thread_map, vector_groups)
 from minitriton.ir.ops import OPS
@@ -170,6 +174,8 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
         return None if sub is None else ({op.result: sub}, {(op, 0): hint})
     if name == "mt.concat":
         return _concat_rule(op, hint_def is not None, hint)
+    if name == "mt.bitcast_split":
+        return _bitcast_split_rule(op, hint_def is not None, hint)
     if name == "mt.descriptor_load":
         return {op.result: hint}, {}
     if name == "mt.descriptor_store":
@@ -195,6 +201,40 @@ def _concat_rule(op: Operation, from_result: bool, hint: LayoutAttr) -> Config |
     if from_result:
         return {op.result: hint}, {(op, i): None for i in range(len(op.operands))}
     return None
+
+
+def _pair_in_thread(enc: LayoutAttr, dim: int) -> bool:
+    """Both elements of the size-2 dim `dim` sit in one thread's registers (bitcast_split's halves)."""
+    return (is_blocked(enc) and enc.get("sizePerThread")[dim] == 2 and enc.get("threadsPerWarp")[dim] == 1
+            and enc.get("warpsPerCTA")[dim] == 1)
+
+
+def bitcast_split_layout(enc: LayoutAttr, shape: Sequence[int]) -> LayoutAttr | None:
+    """The result layout of bitcast_split of an operand [..., n] in layout `enc`: the operand's layout with a new
+    fastest dim of 2 registers (each thread splits the elements it holds: a register rename). A slice over that
+    last dim of such a layout (e.g. the pairs were made by an in-thread sum of [..., n, 2] values) gives back its
+    parent. None when no blocked layout is equivalent to `enc`."""
+    rank = len(shape)
+    if is_slice(enc) and enc.get("dim") == rank and _pair_in_thread(enc.get("parent"), rank):
+        return enc.get("parent")
+    base = blocked_equivalent(enc, shape)
+    if base is None:
+        return None
+    return blocked([*base.get("sizePerThread"), 2], [*base.get("threadsPerWarp"), 1],
+                   [*base.get("warpsPerCTA"), 1], [rank, *base.get("order")])
+
+
+def _bitcast_split_rule(op: Operation, from_result: bool, hint: LayoutAttr) -> Config | None:
+    """bitcast_split is a register rename when each thread holds both halves of the elements it splits: from the
+    operand's side the result takes `bitcast_split_layout`; from the result's side only a layout holding the pair
+    dim in-thread decides (the operand is then its slice over that dim), any other leaves it to the operand."""
+    rank = len(op.operands[0].type.shape)
+    if from_result:
+        if not _pair_in_thread(hint, rank):
+            return None
+        return {op.result: hint}, {(op, 0): slice_of(rank, hint)}
+    pairs = bitcast_split_layout(hint, op.operands[0].type.shape)
+    return None if pairs is None else ({op.result: pairs}, {(op, 0): hint})
 
 
 # ----------------------------------------------------------------------------------------------- solver
@@ -593,6 +633,11 @@ def verify_layouts(func: Operation) -> None:
         elif op.name == "mt.expand_dims":
             if enc(op.operands[0]) != slice_of(op.attrs["axis"], enc(op.result)):
                 bad(op, "operand must be the slice of the result's layout")
+        elif op.name == "mt.bitcast_split":
+            rank = len(op.operands[0].type.shape)
+            if not _pair_in_thread(enc(op.result), rank) or not layouts_equivalent(
+                    enc(op.operands[0]), slice_of(rank, enc(op.result)), op.operands[0].type.shape):
+                bad(op, "the result must hold each pair in one thread, its operand being the slice over the pairs")
         elif op.name == "mt.dot":
             if enc(op.operands[2]) != enc(op.result):
                 bad(op, "accumulator and result must share one layout")

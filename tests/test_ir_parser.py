@@ -67,6 +67,7 @@ def build_all_ops_kernel() -> Module:
     sel = b.create1("mt.select", [mask, fma, yv], t64)
     b.create1("mt.cast", [sel], tensor([64], bf16))
     b.create1("mt.bitcast", [sel], i64t)
+    b.create1("mt.bitcast_split", [sel], tensor([64, 2], bf16))
 
     row = b.create1("mt.expand_dims", [xv], tensor([1, 64], f32), axis=0)
     a = b.create1("mt.broadcast", [row], tensor([16, 64], f32))

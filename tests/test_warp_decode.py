@@ -17,6 +17,7 @@ and replay a CUDA-graph capture after changing the routing in place.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import sys
@@ -232,6 +233,48 @@ def test_bf16_dequant_is_bit_exact_interpreted_and_as_ptx() -> None:
         assert torch.equal(scale[scales != 255].double(), exact_scale[scales != 255])
 
 
+@mt.kernel
+def pairs_dequant_probe(q_ptr, s_ptr, lo_ptr, hi_ptr, N: mt.constexpr, FOLD: mt.constexpr):
+    """The v4 dequant of N = 256 bytes as [1, 4, 4, 4, 2, 2] (4 rows of 4 blocks of 16 bytes), each element times
+    the scale byte at its own position (elementwise here; the kernels broadcast one per block)."""
+    i = mt.arange(0, N).reshape((1, 4, 4, 4, 2, 2))
+    lo, hi = wd.e2m1_pairs_to_bf16(mt.load(q_ptr + i), FOLD)
+    if FOLD:
+        scale = wd.e8m0_to_bf16_times_2_126(mt.load(s_ptr + i))
+    else:
+        scale = wd.e8m0_to_bf16(mt.load(s_ptr + i))
+    mt.store(lo_ptr + i, lo * scale)
+    mt.store(hi_ptr + i, hi * scale)
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_pairs_dequant_is_bit_exact_interpreted_and_as_ptx(fold: bool) -> None:
+    """The v4 dequant (two weights per 32-bit word, mt.bitcast_split to bf16 pairs): every byte's two nibbles
+    times a scale byte, bit-exact against the float64 decode (subnormals, -0.0, NaN for 0xFF) in the interpreter
+    and replayed from PTX. With the bias folded into the scale the scale bytes stay <= FOLD_MAX_SCALE (and 0xFF),
+    0x00 included (then 2**126 * 2**-127 = 0.5, no subnormal scale)."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from minitriton.ir.types import PointerType, ScalarType
+    every = torch.arange(256, dtype=torch.uint8)
+    gen = torch.Generator().manual_seed(13)
+    top = wd.FOLD_MAX_SCALE + 1 if fold else 255
+    scales = torch.randint(0, top, (256,), generator=gen, dtype=torch.int64).to(torch.uint8)
+    scales[:5] = torch.tensor([0, 1, top - 1, 255, 127], dtype=torch.uint8)
+    u8, bf = PointerType(ScalarType("ui8")), PointerType(ScalarType("bf16"))
+    make = helpers.dsl(pairs_dequant_probe, {"q_ptr": u8, "s_ptr": u8, "lo_ptr": bf, "hi_ptr": bf},
+                       {"N": 256, "FOLD": fold}, divisibility={n: 16 for n in ("q_ptr", "s_ptr", "lo_ptr", "hi_ptr")},
+                       num_warps=1)
+    args = [every, scales] + [torch.full((256,), float("nan"), dtype=torch.bfloat16) for _ in range(2)]
+    exact_scale = mxfp4.e8m0_to_float(scales)
+    table = mxfp4.e2m1_table(torch.float64)
+    for out in (helpers.run_interpreted(make, (1,), args), helpers.run_simulated(make, (1,), args)):
+        for got, codes in ((out[2], every & 15), (out[3], every >> 4)):
+            want = (table[codes.long()] * exact_scale).to(torch.bfloat16)  # exact: 2 significant bits
+            assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+            ok = ~want.isnan()
+            assert torch.equal(got[ok].view(torch.int16), want[ok].view(torch.int16))
+
+
 # ------------------------------------------------------------------------------------------ routing
 
 
@@ -284,13 +327,15 @@ def test_make_routing_without_dedup_is_the_pairs() -> None:
 # ------------------------------------------------------------------------------------------ moe_decode
 
 
-def check_decode(p: Problem, use_dot: bool, dedup: bool | None = None) -> tuple[float, float]:
-    """Run both stages and the composed call; assert the bounds; return (h error, fp32 output error)."""
+def check_decode(p: Problem, use_dot: bool, dedup: bool | None = None, variant: str | None = None
+                 ) -> tuple[float, float]:
+    """Run both stages and the composed call (the mt.dot path as `variant`); assert the bounds; return (h error,
+    fp32 output error)."""
     w13, w2 = p.prepare()
     ref_out, ref_h = p.reference()
     routing, use_dot = wd.plan_routing(p.ids, p.weights, use_dot, dedup)
-    cfg13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot)
-    cfg2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot)
+    cfg13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
+    cfg2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
     h = wd.gate_up(p.x, routing, w13, cfg13)
     out32 = wd.down(h, routing, w2, torch.float32, cfg2)
     bound = BOUND_DOT if use_dot else BOUND_CUDA_CORES
@@ -301,7 +346,7 @@ def check_decode(p: Problem, use_dot: bool, dedup: bool | None = None) -> tuple[
         assert parts.shape == (2,) + h.shape and torch.equal(parts[0], h.to(torch.bfloat16))
         assert torch.equal(parts[1], (h - parts[0].float()).to(torch.bfloat16))
         assert torch.equal(wd.down(parts, routing, w2, torch.float32, cfg2), out32)
-    out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, use_dot=use_dot, dedup=dedup)
+    out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, use_dot=use_dot, dedup=dedup, variant=variant)
     assert out.dtype == torch.bfloat16 and out.shape == (p.x.shape[0], p.D)
     assert rel_err(out, ref_out) <= BOUND_BF16_OUT
     assert (out.double() - out32.to(torch.bfloat16).double()).abs().max() == 0  # the bf16 output is round(out32)
@@ -328,6 +373,54 @@ def test_moe_decode_shared_and_repeated_experts(interpret: None, use_dot: bool) 
     ids = torch.randint(0, 3, (12, 2), generator=gen)
     ids[5] = torch.tensor([1, 1])
     check_decode(Problem(12, D=64, I=48, E=6, k=2, seed=4, ids=ids), use_dot)
+
+
+@pytest.mark.parametrize("variant", [v for v in wd.DOT_VARIANTS if not v.endswith("_mixed")])  # mixed: replayed
+def test_dot_variants(interpret: None, variant: str) -> None:
+    """Every mt.dot variant (v3; v4: weights in pairs, bias folded or not, bytes or int32 words, 1 or 2 steps
+    prefetched) on rows with partial blocks and masked steps (D = 70, I = 38), and on whole steps with the prefetch
+    clamped at the row's end over several steps (D = 768: 3 steps of 8 blocks, I = 32)."""
+    check_decode(Problem(5, D=70, I=38, E=5, k=2, seed=70), use_dot=True, variant=variant)
+    check_decode(Problem(3, D=768, I=32, E=4, k=2, seed=71), use_dot=True, variant=variant)
+
+
+@pytest.mark.parametrize("variant", ["v4_fold", "v5_mixed"])
+def test_unmasked_whole_steps_with_dead_rows(interpret: None, variant: str) -> None:
+    """v4 / v5 drop every load mask on whole steps: rows past the matrix (I = 36: the last gate_up program has 4
+    neurons too many; D = 72: the last down program 8 rows too many) are pointed at row 0 instead, so nothing is
+    read out of bounds (the interpreter would raise) and their results are never stored."""
+    for D, I in ((256, 36), (72, 256)):
+        p = Problem(3, D=D, I=I, E=4, k=2, seed=73 + D, ids=torch.tensor([[3, 0], [1, 3], [2, 1]]))  # the last
+        # expert is routed: its dead rows would lie past the end of the weights
+        w13, w2 = p.prepare()
+        routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=True)
+        full = [wd._full_steps(w, wd.pick_config(w.row_blocks, 6, True, variant, kind))
+                for w, kind in ((w13, "gate_up"), (w2, "down"))]
+        assert full == [D % 256 == 0, I % 256 == 0]
+        check_decode(p, use_dot=True, variant=variant)
+
+
+def test_fold_bias_only_where_the_scales_allow(interpret: None) -> None:
+    """prepare_experts measures the largest finite scale byte: with all <= FOLD_MAX_SCALE the pairs path folds the
+    2**126 bias into the scale; one larger scale (here 200, and 0xFF is ignored) keeps the two multiplies, with
+    the same exact results; forcing the fold on such experts is refused."""
+    p = Problem(3, D=64, I=32, E=4, k=2, seed=72)
+    w13, w2 = p.prepare()
+    assert w13.folds_bias and w13.max_finite_scale == int(p.s13.max())
+    p.s2[1, 2, 0] = 200  # weights of expert 1 row 2 scaled by 2**73: still exact in bf16 and fp32
+    p.s2[2, 0, 0] = 0xFF
+    _, w2_big = p.prepare()
+    assert not w2_big.folds_bias and w2_big.max_finite_scale == 200
+    cfg = wd.pick_config(w2.row_blocks, 6, True, "v4_fold", "down")
+    assert wd._fold_bias(w2, cfg) and not wd._fold_bias(w2_big, cfg)
+    with pytest.raises(ValueError, match="fold_bias"):
+        wd._fold_bias(w2_big, dataclasses.replace(cfg, fold_bias=True))
+    ref, _ = p.reference()
+    want = wd.moe_decode(p.x, p.ids, p.weights, w13, w2_big, out_dtype=torch.float32, variant="v3")
+    got = wd.moe_decode(p.x, p.ids, p.weights, w13, w2_big, out_dtype=torch.float32, variant="v4_fold")
+    assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(want.isnan(), ref.isnan())
+    ok = ~ref.isnan()
+    assert rel_err(got[ok], ref[ok]) <= BOUND_DOT and rel_err(got[ok], want[ok]) <= 1e-6
 
 
 def test_moe_decode_batch_one_with_dedup(interpret: None) -> None:
@@ -363,14 +456,14 @@ def test_full_steps_unmasked_activation_loads(interpret: None, batch: int, dedup
     assert rel_err(h, ref_h) <= BOUND_CUDA_CORES and rel_err(out, ref_out) <= BOUND_CUDA_CORES
 
 
-def _dot_kernel_maker(kernel, ints: dict, constexprs: dict):  # type: ignore[no-untyped-def]
+def _dot_kernel_maker(kernel, ints: dict, constexprs: dict, wq: str = "u8"):  # type: ignore[no-untyped-def]
     """A maker of gate_up_kernel / down_kernel typed as the AOT dot specializations (i64 pairs); pointers are
     16-byte aligned, and the int arguments `ints` are declared divisible by 16 where they are."""
     helpers = pytest.importorskip("ptx_helpers")
     from minitriton.ir.types import PointerType, ScalarType
     kind = "gate_up" if kernel is wd.gate_up_kernel else "down"
     types, divisibility = {}, {}
-    for part in wd._signature(kind, "i64", "bf16").split(","):
+    for part in wd._signature(kind, "i64", "bf16", wq).split(","):
         name, t, *div = part.split(":")
         types[name] = (PointerType(ScalarType({"bf16": "bf16", "fp32": "f32", "i32": "i32", "i64": "i64",
                                                "u8": "ui8"}[t[1:]]))
@@ -382,13 +475,16 @@ def _dot_kernel_maker(kernel, ints: dict, constexprs: dict):  # type: ignore[no-
     return helpers.dsl(kernel, types, constexprs, divisibility, num_warps=1)
 
 
-def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("variant", ["v3", "v5", "v5_mixed"])
+def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
     """The mt.dot kernels compiled to PTX and replayed in the simulator (mma.sync included) agree with the
     interpreter and the float64 reference (h passing between them as bf16 hi / lo parts, as in moe_decode), and
     their dots take both operands straight from registers: the weights' and the vectors' fragment layouts make
     every operand conversion a register rename, so no ldmatrix and no shared-memory exchange is left in the K loop
     (the routing kernel runs interpreted). Gate/up: full steps, the prefetch clamped at the row's end; down
-    (K = 48): a partial block and masked steps."""
+    (K = 48): a partial block and masked steps. For v3, v5 (weights read as int32 words, bf16 pairs straight from
+    the nibble positions through mt.bitcast_split, K in the words' order, 4 dots a step, the bias folded into the
+    scale) and v5_mixed (gate_up as v5 two steps ahead, down as v4_fold: bytes, pairs through a PRMT)."""
     helpers = pytest.importorskip("ptx_helpers")
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
     D, I = 256, 48
@@ -396,14 +492,17 @@ def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPa
     w13, w2 = p.prepare()
     routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=True)
     ref_out, ref_h = p.reference()
-    c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, True)
+    c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, True, variant)
+    assert w13.folds_bias and w2.folds_bias  # scale bytes 118..127
+    wq = "i32" if c13.words else "u8"
     common = dict(ROWS=c13.rows, TEAMS=1, BLOCKS=c13.blocks, NT=routing.group, DEDUP=True, USE_DOT=True,
-                  H_PARTS=True)
+                  H_PARTS=True, PAIRS=c13.pairs, PREFETCH=c13.prefetch, WORDS=c13.words,
+                  FOLD_BIAS=wd._fold_bias(w13, c13))
     ints = dict(n_pairs=routing.n_pairs, topk=routing.topk, batch=3, D=D, I=I)
     make = _dot_kernel_maker(wd.gate_up_kernel, dict(ints, row_blocks=w13.row_blocks),
-                             dict(common, FULL_STEPS=wd._full_steps(w13, c13)))
+                             dict(common, FULL_STEPS=wd._full_steps(w13, c13)), wq)
     h = torch.full((2, routing.n_pairs, I), float("nan"), dtype=torch.bfloat16)  # bf16 hi / lo parts of h
-    args = [p.x, routing.ids, routing.pairs, routing.first, routing.n_items, w13.blocks, w13.scales, h,
+    args = [p.x, routing.ids, routing.pairs, routing.first, routing.n_items, wd._weight_operand(w13, c13), w13.scales, h,
             routing.n_pairs, routing.topk, D, I, w13.row_blocks]
     grid = (mt.cdiv(I, c13.rows // 2), 1)
     ptx, _, _ = helpers.lower(make)
@@ -413,12 +512,14 @@ def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPa
     got_h = helpers.run_simulated(make, grid, args, ptx)[7]
     joined = got_h[0].double() + got_h[1].double()  # hi + lo: h to about 16 bits
     assert rel_err(joined, want_h[0].double() + want_h[1].double()) <= 1e-6 and rel_err(joined, ref_h) <= BOUND_DOT
-    c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, True)
-    make = _dot_kernel_maker(wd.down_kernel, dict(ints, row_blocks=w2.row_blocks),
-                             dict(common, BLOCKS=c2.blocks, BT=4, FULL_STEPS=wd._full_steps(w2, c2)))
+    c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, True, variant, "down")
+    down_options = dict(common, BLOCKS=c2.blocks, BT=4, FULL_STEPS=wd._full_steps(w2, c2), PAIRS=c2.pairs,
+                        PREFETCH=c2.prefetch, WORDS=c2.words, FOLD_BIAS=wd._fold_bias(w2, c2))
+    make = _dot_kernel_maker(wd.down_kernel, dict(ints, row_blocks=w2.row_blocks), down_options,
+                             "i32" if c2.words else "u8")
     out = torch.full((3, D), float("nan"))
-    args = [got_h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.blocks,
-            w2.scales, out, routing.n_pairs, routing.topk, 3, D, I, w2.row_blocks]
+    args = [got_h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
+            wd._weight_operand(w2, c2), w2.scales, out, routing.n_pairs, routing.topk, 3, D, I, w2.row_blocks]
     grid = (mt.cdiv(D, c2.rows), 1)
     ptx, _, _ = helpers.lower(make)
     assert "ldmatrix" not in ptx
@@ -437,7 +538,7 @@ def test_item_splits(interpret: None, use_dot: bool, splits: int) -> None:
     ref_out, ref_h = p.reference()
     routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=use_dot)
     base = wd.pick_config(2, routing.n_pairs, use_dot)
-    cfg = wd.KernelConfig(base.use_dot, base.rows, base.teams, base.blocks, base.num_warps, splits=splits)
+    cfg = dataclasses.replace(base, splits=splits)
     assert wd.pick_splits(cfg, 1, 100) == splits
     h = wd.gate_up(p.x, routing, w13, cfg)
     out = wd.down(h, routing, w2, torch.float32, cfg)
@@ -549,6 +650,9 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
     for use_dot in (False, True):  # both inner-product paths at every batch
         assert rel_err(wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, use_dot=use_dot), ref) \
             <= (BOUND_DOT if use_dot else 1e-5)
+    for variant in wd.DOT_VARIANTS:  # every mt.dot variant (tools/warp_decode_ab.py times them)
+        got = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, use_dot=True, variant=variant)
+        assert rel_err(got, ref) <= BOUND_DOT, variant
 
 
 @pytest.mark.gpu

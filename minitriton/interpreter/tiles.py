@@ -14,8 +14,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ir.core import Operation
-from ..ir.types import ScalarType
-from .values import F32, F64, dtype_of, rounder, round_tf32, scalar_value
+from ..ir.types import ScalarType, with_scalar
+from .values import F32, F64, bitcast, dtype_of, rounder, round_tf32, scalar_value
 
 Fn = Callable[..., Any]
 
@@ -54,6 +54,22 @@ def build_expand_dims(op: Operation) -> Fn:
 def build_reshape(op: Operation) -> Fn:
     shape = op.result.type.shape
     return lambda x: np.reshape(x, shape)  # row-major, as ops.py says
+
+
+def build_bitcast_split(op: Operation) -> Fn:
+    """mt.bitcast_split: [..., n] of 32 / 64 bits -> [..., n, 2], the low then the high half of each element's bits
+    (through the unsigned half-width integers, then mt.bitcast's reinterpretation, so bf16 halves decode as bf16)."""
+    src, dst = op.operands[0].type, op.result.type
+    half = dst.scalar.bits  # type: ignore[union-attr]
+    whole = np.dtype(f"uint{2 * half}")
+    unsigned_half = ScalarType(f"ui{half}")
+
+    def split(x: Any) -> Any:
+        u = np.ascontiguousarray(np.asarray(x, dtype=dtype_of(src))).view(whole)
+        pairs = np.stack([u & whole.type((1 << half) - 1), u >> whole.type(half)], axis=-1)
+        return bitcast(pairs.astype(f"uint{half}"), with_scalar(dst, unsigned_half), dst)
+
+    return split
 
 
 def build_convert_layout(op: Operation) -> Fn:
@@ -125,6 +141,6 @@ BUILDERS: dict[str, Callable[[Operation], Fn]] = {
     "mt.constant": build_constant, "mt.arange": build_arange, "mt.splat": build_splat,
     "mt.broadcast": build_broadcast, "mt.expand_dims": build_expand_dims, "mt.reshape": build_reshape,
     "mt.trans": build_trans, "mt.convert_layout": build_convert_layout, "mt.reduce": build_reduce,
-    "mt.scan": build_scan, "mt.dot": build_dot,
+    "mt.scan": build_scan, "mt.dot": build_dot, "mt.bitcast_split": build_bitcast_split,
     "mt.local_alloc": build_convert_layout,  # a shared-memory copy: the same values
 }

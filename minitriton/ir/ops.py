@@ -579,6 +579,22 @@ def _bitcast(o: Operation) -> None:
         fail(o, f"bitcast needs equal bit widths and shapes, got {src} -> {res}")
 
 
+@op("mt.bitcast_split", "Reinterprets each element as two of half its width (a width-changing bitcast): operand "
+    "[..., n] of a 64-, 32- or 16-bit type -> result [..., n, 2] of a 32-, 16- or 8-bit type (16 -> 8: integers "
+    "only); result[..., i, 0] holds the low half of operand[..., i]'s bits and result[..., i, 1] the high half "
+    "(little-endian, as in memory).")
+def _bitcast_split(o: Operation) -> None:
+    counts(o, 1, 1)
+    src, res = o.operands[0].type, o.result.type
+    if not isinstance(src, TensorType) or not isinstance(res, TensorType) or src.is_pointer or res.is_pointer:
+        fail(o, f"bitcast_split takes and gives tensors of numbers, got {src} -> {res}")
+    narrow_float = src.scalar.bits == 16 and (src.scalar.is_float or res.scalar.is_float)
+    if (res.shape != (*src.shape, 2) or src.scalar.bits not in (16, 32, 64) or res.scalar.bits * 2 != src.scalar.bits
+            or narrow_float or res.scalar.is_bool):
+        fail(o, f"bitcast_split needs [..., n] of 64/32/16 bits -> [..., n, 2] of half the width (16 -> 8 for "
+                f"integers), got {src} -> {res}")
+
+
 # ----------------------------------------------------------------------------------- reductions, dot
 
 REDUCE_KINDS = ("sum", "max", "min")

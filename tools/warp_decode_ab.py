@@ -1,0 +1,215 @@
+"""A/B timing of the WarpDecode mt.dot variants (minitriton.kernels.warp_decode.DOT_VARIANTS) on the GPU, next to
+triton_kernels when it is there, at K3 shapes (D 3584, I 3072, E 896, top-16), in one table.
+
+    python tools/warp_decode_ab.py [--batches 1,4,16,64] [--variants v3,v4_fold,...] [--graph] [--no-triton]
+    python tools/warp_decode_ab.py --sass        # no GPU: SASS per weight and registers of each variant's K loop
+
+Per batch it first checks every variant against dequantize-then-matmul (bf16 torch math on the exact weights:
+rel_err <= CHECK_BOUND) and against the v3 variant (fp32 outputs: rel_err <= AGREE_BOUND); a variant that fails is
+not timed. Then it times each one (benchmarks/harness.do_bench, L2 flushed) and prints one table: microseconds,
+the fraction of the copy-bandwidth floor (unique routed MXFP4 bytes / measured copy bandwidth) and the speed-up
+over triton_kernels (found as benchmarks/bench_warp_decode.py finds it: $TRITON_KERNELS_PATH, <repo>/triton_kernels
+or <repo>/third_party). Targets (issue 7): floor/time >= 0.8 at B = 1 and 4; triton_kernels/time >= 1.2 at 16, 64.
+
+--sass compiles each variant's K3 AOT specialization (ptxas on PATH) and counts the SASS of its innermost loop
+with nvdisasm ($NVDISASM, or on PATH): instructions per weight (an mt.dot step is 128 weights per thread),
+registers, spills.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import bench_warp_decode as bench  # noqa: E402
+import harness  # noqa: E402
+
+from minitriton.kernels import warp_decode as wd  # noqa: E402
+
+CHECK_BOUND = 2e-2  # against dequantize-then-matmul, which rounds h and the products to bf16
+AGREE_BOUND = 1e-4  # fp32 outputs of two variants: the same math up to the summation order and bf16 parts of h
+WEIGHTS_PER_STEP = 128  # an mt.dot K step: 16 rows x 256 weights per warp = 128 per thread
+
+
+# ------------------------------------------------------------------------------------------ GPU timing
+
+
+def variant_call(w13: wd.PreparedExperts, w2: wd.PreparedExperts, variant: str, x: torch.Tensor,
+                 ids: torch.Tensor, weights: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
+                 ) -> Callable[[], torch.Tensor]:
+    return lambda: wd.moe_decode(x, ids, weights, w13, w2, out_dtype=out_dtype, use_dot=True, variant=variant)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def time_call(fn: Callable[[], Any], use_graph: bool) -> float:
+    """Microseconds per call (CUDA-graph replay when asked and capturable)."""
+    timed = fn
+    if use_graph:
+        try:
+            timed = bench.graphed(fn)
+        except Exception as e:  # noqa: BLE001 - fall back to eager, say so
+            harness.log(f"graph capture failed ({type(e).__name__}: {e}); timing eagerly")
+    return harness.do_bench(timed) * 1e3
+
+
+def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_triton: bool) -> str:
+    shape = bench.SHAPE
+    copy_bw = harness.copy_bandwidth()
+    layer = bench.make_layer(shape)
+    w13 = wd.prepare_experts(layer.w13_blocks, layer.w13_scales)
+    w2 = wd.prepare_experts(layer.w2_blocks, layer.w2_scales)
+    harness.log(f"bias foldable: w13 {w13.folds_bias}, w2 {w2.folds_bias}")
+    triton_make = None
+    if with_triton:
+        try:
+            triton_make = bench.triton_kernels_moe(layer)
+        except Exception as e:  # noqa: BLE001 - a peer that is not installed is a note, not a failure
+            harness.log(f"triton_kernels skipped ({type(e).__name__}: {e})")
+    reference = bench.dequant_matmul(layer)
+    rows = []
+    for b in batches:
+        x, ids, weights = bench.make_batch(shape, b)
+        floor_us = bench.unique_weight_bytes(ids, shape) / copy_bw * 1e6
+        check = reference(x, ids, weights)().float()
+        base = variant_call(w13, w2, "v3", x, ids, weights, torch.float32)()
+        row: dict[str, Any] = {"B": b, "floor": floor_us}
+        for v in variants:
+            out32 = variant_call(w13, w2, v, x, ids, weights, torch.float32)()
+            err_ref, err_v3 = rel_err(out32, check), rel_err(out32, base)
+            if not (err_ref <= CHECK_BOUND and err_v3 <= AGREE_BOUND):
+                row[v] = f"FAIL ({err_ref:.1e} / {err_v3:.1e})"
+                continue
+            row[v] = time_call(variant_call(w13, w2, v, x, ids, weights), use_graph)
+        if triton_make is not None:
+            try:
+                fn = triton_make(x, ids, weights)
+                row["triton_kernels"] = time_call(fn, use_graph)
+                row["tk_err"] = rel_err(fn().float(), check)
+            except Exception as e:  # noqa: BLE001
+                row["triton_kernels"] = f"error ({type(e).__name__})"
+        rows.append(row)
+    return format_table(rows, variants, copy_bw)
+
+
+def format_table(rows: list[dict[str, Any]], variants: list[str], copy_bw: float) -> str:
+    """One line per batch: floor, each variant (us, % of the copy floor), triton_kernels, best speed-up."""
+    head = ["B", "floor us"] + [f"{v} us (floor%)" for v in variants] + ["triton_kernels us", "best", "tk/best"]
+    lines = [f"WarpDecode mt.dot variants, K3 {bench.SHAPE.describe()}, copy bandwidth {copy_bw / 1e12:.2f} TB/s",
+             " | ".join(head)]
+    for row in rows:
+        cells = [str(row["B"]), f"{row['floor']:.1f}"]
+        timed = {}
+        for v in variants:
+            t = row.get(v)
+            if isinstance(t, float):
+                timed[v] = t
+                cells.append(f"{t:.1f} ({100 * row['floor'] / t:.0f}%)")
+            else:
+                cells.append(str(t))
+        tk = row.get("triton_kernels")
+        cells.append(f"{tk:.1f}" if isinstance(tk, float) else str(tk or "-"))
+        best = min(timed, key=timed.get) if timed else None
+        cells.append(best or "-")
+        cells.append(f"{tk / timed[best]:.2f}x" if best and isinstance(tk, float) else "-")
+        lines.append(" | ".join(cells))
+    lines.append(f"checks: rel_err vs dequant_matmul <= {CHECK_BOUND}, vs v3 (fp32) <= {AGREE_BOUND}; "
+                 "targets: floor% >= 80 at B = 1, 4; tk/best >= 1.2x at B = 16, 64")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ SASS (no GPU)
+
+
+def nvdisasm() -> str | None:
+    return os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+
+
+def k_loop_counts(cubin: Path, tool: str) -> tuple[int, collections.Counter]:
+    """Opcode counts of the innermost loop holding the mma (HMMA) of a cubin: the K loop."""
+    text = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(text) if (m := re.match(r"^(\.L_x_\d+):", line))}
+    best: list[str] | None = None
+    for i, line in enumerate(text):
+        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i) < i:
+            body = [x for x in text[labels[m.group(1)]:i + 1] if re.search(r"/\*[0-9a-f]{4}\*/", x)]
+            if any("HMMA" in x for x in body) and (best is None or len(body) < len(best)):
+                best = body
+    counts: collections.Counter = collections.Counter()
+    for x in best or []:
+        op = re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", x).split()[0].split(".")[0]
+        counts[op] += 1
+    return sum(counts.values()), counts
+
+
+def sass_report() -> str:
+    """Compile warp_decode's AOT specializations and report each mt.dot variant's K loop."""
+    tool = nvdisasm()
+    if tool is None:
+        return "nvdisasm not found (set NVDISASM or put it on PATH)"
+    out = Path(tempfile.mkdtemp(prefix="warp_decode_sass_"))
+    subprocess.run([sys.executable, "-m", "minitriton.cli", "compile", str(REPO / "kernels_src" / "warp_decode.py"),
+                    "-o", str(out), "--emit", "cubin"], check=True, capture_output=True)
+    lines = ["kernel | variant | K-loop SASS | per weight | registers | spill stores / loads (B) | top opcodes"]
+    for meta_path in sorted(out.glob("*USE_DOTTrue*.json")):
+        meta = json.loads(meta_path.read_text())
+        n, counts = k_loop_counts(meta_path.with_suffix(".cubin"), tool)
+        top = ", ".join(f"{k} {v}" for k, v in counts.most_common(6))
+        lines.append(f"{meta['name']} | {variant_name(meta['constexprs'])} | {n} | {n / WEIGHTS_PER_STEP:.2f} | "
+                     f"{meta.get('registers')} | {meta.get('spill_stores')} / {meta.get('spill_loads')} | {top}")
+    return "\n".join(lines)
+
+
+def variant_name(constexprs: dict[str, str]) -> str:
+    """The DOT_VARIANTS key an AOT specialization's constexprs correspond to."""
+    if constexprs.get("PAIRS") != "True":
+        return "v3"
+    if constexprs.get("WORD_ORDER") == "True":
+        return "v5_p2" if constexprs.get("PREFETCH") == "2" else "v5"
+    if constexprs.get("WORDS") == "True":
+        return "v4_words_p2" if constexprs.get("PREFETCH") == "2" else "v4_words"
+    return "v4_fold" if constexprs.get("FOLD_BIAS") == "True" else "v4"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", default="1,4,16,64")
+    parser.add_argument("--variants", default=",".join(wd.DOT_VARIANTS), help=f"of {', '.join(wd.DOT_VARIANTS)}")
+    parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays")
+    parser.add_argument("--no-triton", action="store_true")
+    parser.add_argument("--sass", action="store_true", help="SASS per weight of each variant (no GPU needed)")
+    args = parser.parse_args(argv)
+    if args.sass:
+        print(sass_report())
+        return 0
+    if not torch.cuda.is_available():
+        sys.stderr.write("the A/B timing needs a CUDA GPU (--sass works without)\n")
+        return 1
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in wd.DOT_VARIANTS]
+    if unknown:
+        sys.stderr.write(f"unknown variants {unknown}; known: {list(wd.DOT_VARIANTS)}\n")
+        return 1
+    print(run_ab(tuple(int(b) for b in args.batches.split(",")), variants, args.graph, not args.no_triton),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
