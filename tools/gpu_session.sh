@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Everything the H200 has to say about the work since the last GPU run, in ONE device call, most important first
+# (device time is scarce: 30 minutes per session counting earlier tries). Run from the repository root:
+#
+#     bash tools/gpu_session.sh [STEP ...]        # default: every step below, in order
+#
+# Steps (each time-boxed, each logged to $OUT/<step>.log, a summary table last):
+#   tests      pytest -m gpu on the files that changed since the last GPU run (GPU_TESTS overrides)
+#   kda        tools/kda_decode_ab.py     KDA replay decode variants vs fla T=1 pool (issue 6)
+#   warp       tools/warp_decode_ab.py    WarpDecode variants vs triton_kernels (issue 7)
+#   gemm       tools/gemm_ab.py           GEMM variants (cp.async ring, TMA ring, warp specialized) vs cuBLAS (issue 4)
+#   flash      tools/flash_kda_variants.py  FlashKDA phase-1 variants per kernel vs fla (issue 5)
+#   sanitize   tools/sanitize.sh          compute-sanitizer memcheck / racecheck on every kernel family
+# A missing tool is reported and skipped. Exits non-zero when any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_session}
+mkdir -p "$OUT"
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:$PWD/.whl${PYTHONPATH:+:$PYTHONPATH}"
+fi
+[ -d .whl/triton_kernels ] && export TRITON_KERNELS_PATH="$PWD/.whl"
+python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+
+declare -A LIMIT=([tests]=300 [kda]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420)
+summary=()
+status=0
+step() {  # name, command...
+    local name=$1
+    shift
+    local t0=$SECONDS
+    timeout "${LIMIT[$name]}" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || status=1
+    summary+=("$(printf "%-9s exit %-3s %4ss  %s" "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log")")")
+    echo "${summary[-1]}"
+}
+tool() {  # name, script, args...
+    local name=$1 script=$2
+    shift 2
+    if [ -f "$script" ]; then step "$name" python3 "$script" "$@"; else summary+=("$(printf "%-9s skipped: %s is missing" "$name" "$script")"); fi
+}
+gpu_tests() {
+    local files=${GPU_TESTS:-"tests/test_kda_decode.py tests/test_warp_decode.py tests/test_examples_gpu.py tests/test_barrier.py tests/test_early_return.py tests/test_ptx.py"}
+    local rc=0
+    for f in $files; do
+        python3 -m pytest -m gpu -q -p no:cacheprovider "$f" 2>&1 | tail -n 3 | sed "s|^|$(basename "$f" .py): |"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || [ "${PIPESTATUS[0]}" -eq 5 ] || rc=1
+    done
+    python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_flash_kda.py -k "1000 or sub16 or sliced" 2>&1 | tail -n 3
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    return $rc
+}
+export -f gpu_tests
+
+steps=${*:-tests kda warp gemm flash sanitize}
+for s in $steps; do
+    case $s in
+        tests) step tests bash -c gpu_tests ;;
+        kda) tool kda tools/kda_decode_ab.py ;;
+        warp) tool warp tools/warp_decode_ab.py ;;
+        gemm) tool gemm tools/gemm_ab.py ;;
+        flash) tool flash tools/flash_kda_variants.py 1x32768x16 1x8192x12 ;;
+        sanitize) step sanitize bash tools/sanitize.sh ;;
+        *) echo "unknown step $s"; status=1 ;;
+    esac
+done
+
+echo
+echo "================================ summary ================================"
+printf "%s\n" "${summary[@]}"
+for s in $steps; do
+    [ -f "$OUT/$s.log" ] && { echo "--- $s (last 25 lines)"; tail -n 25 "$OUT/$s.log"; }
+done
+exit $status
