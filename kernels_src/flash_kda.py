@@ -127,6 +127,22 @@ def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr):
     return inv
 
 
+
+@mt.func
+def _ut_inverse(lmat, ci, cj, SOLVE_PRECISION: mt.constexpr):
+    """(I + L)^-1 for a strictly lower [BT, BT] L = (I + M)^-1 (I + D)^-1, D its 16x16 diagonal blocks and
+    M = (I + D)^-1 F, F = L - D: (I + D)^-1 by Neumann doubling (exact: D^16 = 0, the same products as per 16x16
+    block); M is strictly block-lower with 4 blocks, so M^4 = 0 and (I + M)^-1 = (I + M^2)(I - M) (fla's block
+    merges)."""
+    eye = (ci == cj).to(mt.float32)
+    same_block = (ci // SUB) == (cj // SUB)
+    d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION)
+    m = mt.dot(d_inv, mt.where(same_block, 0.0, lmat), input_precision=SOLVE_PRECISION)
+    m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION)
+    step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION)
+    return step + mt.dot(m2, step, input_precision=SOLVE_PRECISION)
+
+
 @mt.kernel(min_blocks_per_sm=1)
 def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
                            w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
@@ -200,16 +216,7 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
     lmat = mt.where(ci > cj, lmat * b[:, None], 0.0)
     mt.store(aqk_ptr + base * BT + (row_h[:, None] * BT + cj), aqk, mask=valid[:, None])
 
-    # UT inverse (I + L)^-1 = (I + M)^-1 (I + D)^-1 with D the 16x16 diagonal blocks of L and M = (I + D)^-1 F,
-    # F = L - D. (I + D)^-1 by Neumann doubling (exact: D^16 = 0, the same products as per 16x16 block); M is
-    # strictly block-lower with 4 blocks, so M^4 = 0 and (I + M)^-1 = (I + M^2)(I - M) (fla's block merges).
-    eye = (ci == cj).to(mt.float32)
-    same_block = (ci // SUB) == (cj // SUB)
-    d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION)
-    m = mt.dot(d_inv, mt.where(same_block, 0.0, lmat), input_precision=SOLVE_PRECISION)
-    m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION)
-    step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION)
-    ainv = step + mt.dot(m2, step, input_precision=SOLVE_PRECISION)
+    ainv = _ut_inverse(lmat, ci, cj, SOLVE_PRECISION)
 
     # WY factors, tf32 on f32 operands (not bf16: these products carry the UT solve into w and u).
     w = mt.dot(ainv, kk * from_start * b[:, None], input_precision="tf32")
@@ -308,14 +315,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
         lmat = lmat + (mt.where(ri[:, None] > cj, l_s, 0.0),)
     lmat = mt.cat(lmat, 0)
 
-    # UT inverse and WY factors: as kda_intra_chunk_kernel.
-    eye = (ci == cj).to(mt.float32)
-    same_block = (ci // SUB) == (cj // SUB)
-    d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION)
-    m = mt.dot(d_inv, mt.where(same_block, 0.0, lmat), input_precision=SOLVE_PRECISION)
-    m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION)
-    step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION)
-    ainv = step + mt.dot(m2, step, input_precision=SOLVE_PRECISION)
+    ainv = _ut_inverse(lmat, ci, cj, SOLVE_PRECISION)
     # WY factors in column blocks of at most BT: a [BT, BT] x [BT, 64] B operand is 64 registers per thread
     # (warps [4, 2]), a [BT, 128] one 128.
     k_wy = mt.cat(k_wy, 0)

@@ -235,15 +235,7 @@ def e2m1_pairs_to_bf16(b, BIASED):
     the 2**126 (`e8m0_to_bf16_times_2_126`): one packed multiply per pair instead of two."""
     shift = (16 * mt.arange(0, 2)).to(mt.uint32)[None, None, None, None, None, :]
     word = mt.sum(b.to(mt.uint32) << shift, axis=5)  # byte 2k in bits 0..7, byte 2k + 1 in bits 16..23
-    lo = ((word & 0x000F000F) * 0x1040) & 0x81C081C0
-    hi = ((word & 0x00F000F0) * 0x0104) & 0x81C081C0
-    w_lo = mt.bitcast_split(lo, mt.bfloat16)
-    w_hi = mt.bitcast_split(hi, mt.bfloat16)
-    if not BIASED:
-        bias = mt.full(w_lo.shape, 8.507059173023462e37, mt.bfloat16)  # 2**126, exact in bf16
-        w_lo = w_lo * bias
-        w_hi = w_hi * bias
-    return w_lo, w_hi
+    return e2m1_word_pairs_to_bf16(word, BIASED)
 
 
 @mt.func
