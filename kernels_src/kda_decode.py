@@ -61,6 +61,12 @@ chunk's load in flight while the current one is updated and stored; the chunks' 
 RMSNorm. 128 registers, no spills: two programs per SM. Accepted drafts of a previous step (possible, if rare, at
 k = 0) are replayed chunk by chunk in a pass of their own before the token's pass.
 
+T > 1 can also stream (variants `stream_scratch`, `stream_scratch_vc64`: `kda_decode_scratch_kernel`, off by
+default): a persistent grid whose programs first compute every token's state-independent K vectors (replayed drafts
+and new tokens together, as [TP, K] tiles) into a per-program fp32 scratch (L2-resident), mt.barrier(), then stream
+the state in V chunks, running the token loop on each chunk with the token's columns loaded from the scratch in the
+state's layout; the outputs' RMSNorm runs after the chunks, from the scratch.
+
 Variants (`VARIANTS`, `kda_decode_step(..., variant=NAME)`, default `DEFAULT_VARIANT`) choose the kernels, warps, the
 T = 1 kernel's lanes per state row and prefetch depth, and the register caps, for A/B runs (tools/kda_decode_ab.py).
 See docs/kernels/kda_decode.md.
@@ -81,6 +87,8 @@ STATE_K_LANES = 8
 # The deferred decay's column scale D may fall to e^-40 before it is folded back into the state: 1 / D <= 2.4e17
 # keeps the stored state far from the fp32 range, and D far from the subnormals that ex2.approx.ftz flushes.
 MAX_DEFERRED_LOG_DECAY = 40.0
+# Resident programs per SM of the persistent T > 1 kernel `kda_decode_scratch_kernel` (its `.minnctapersm`)
+SCRATCH_PROGRAMS_PER_SM = 2
 
 
 # ---------------------------------------------------------------------------------------------- kernel pieces
@@ -547,6 +555,268 @@ def kda_decode_t1_kernel(
     mt.store(o_ptr + tok * V + offs_v, _gated_rms_norm(o * scale, gate, norm_w, norm_eps, V), mask=live)
 
 
+# ------------------------------------------- T > 1: per-token K vectors staged in a scratch, the state streamed
+
+
+def scratch_floats(head_k_dim: int, head_v_dim: int, max_drafts: int, tokens: int) -> int:
+    """fp32 values of one program's scratch in `kda_decode_scratch_kernel`: TP rows of `scratch_row_floats` and
+    TP + 3 rows of raw q | k | v in sequence order (TP = `scratch_tokens`)."""
+    tp = scratch_tokens(max_drafts, tokens)
+    return tp * scratch_row_floats(head_k_dim, head_v_dim) + (tp + 3) * (2 * head_k_dim + head_v_dim)
+
+
+def scratch_programs(device: torch.device, items: int) -> int:
+    """Programs of the persistent `kda_decode_scratch_kernel` for `items` (row, head) pairs: the resident ones,
+    SCRATCH_PROGRAMS_PER_SM per SM on a GPU (their scratch stays in L2); 2 elsewhere (the interpreter, the PTX
+    simulator), so that tests see programs work through several items."""
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return max(1, min(items, SCRATCH_PROGRAMS_PER_SM * sms))
+    return max(1, min(items, 2))
+
+
+def scratch_tokens(max_drafts: int, tokens: int) -> int:
+    """TP: the replayed drafts and new tokens of a step, rounded up to a power of two (a tile dimension)."""
+    return 1 << (max_drafts + tokens - 1).bit_length()
+
+
+def scratch_row_floats(head_k_dim: int, head_v_dim: int) -> int:
+    """fp32 values of one token's scratch row in `kda_decode_scratch_kernel`: D | D k^ | k^ / D | D q^ (K each),
+    v | o (V each), beta, k^.q^ and 2 pads (rows stay 16-byte aligned for the vector loads)."""
+    return 4 * head_k_dim + 2 * head_v_dim + 4
+
+
+@mt.func
+def _scratch_replay(S, srow, v0, offs_vc, col_offs, K: mt.constexpr, V: mt.constexpr):
+    """One replayed token on a V chunk S ([KJ, VC, KL, KV], rows v0..) of the state in deferred-decay form (the
+    true state is S D_{t-1}[None, :]), its vectors read from its scratch row, the columns straight in the state's
+    layout (no move): u = beta (v - S (D_t k^));  S' = S + u (E_t k^)^T, under the scale D_t."""
+    dk = mt.load(srow + K + col_offs)
+    ek = mt.load(srow + 2 * K + col_offs)
+    v = mt.load(srow + 4 * K + v0 + offs_vc)
+    beta = mt.load(srow + 4 * K + 2 * V)
+    u = beta * (v[None, :, None, None] - _sum_k(S * dk)[None, :, None, None])
+    return S + u * ek
+
+
+@mt.func
+def _scratch_new_token(S, srow, v0, offs_vc, col_offs, K: mt.constexpr, V: mt.constexpr):
+    """One new token on a V chunk: the update of `_scratch_replay` plus the un-normalized output
+    o = S_true' q^ = S (D_t q^) + u (k^.q^) (q^ carries the scale), stored to the token's scratch row for the norm."""
+    dk = mt.load(srow + K + col_offs)
+    ek = mt.load(srow + 2 * K + col_offs)
+    dq = mt.load(srow + 3 * K + col_offs)
+    v = mt.load(srow + 4 * K + v0 + offs_vc)
+    beta = mt.load(srow + 4 * K + 2 * V)
+    kq = mt.load(srow + 4 * K + 2 * V + 1)
+    sq = _sum_k(S * dq)[None, :, None, None]
+    u = beta * (v[None, :, None, None] - _sum_k(S * dk)[None, :, None, None])
+    mt.store(srow + 4 * K + V + v0 + offs_vc, (sq + u * kq).reshape(v.shape))
+    return S + u * ek
+
+
+@mt.func
+def _raw_rows(draft_proj_ptr, src_ptr, drow, trow, is_d, is_t, offs, DRAFT_COL: mt.constexpr,
+              WIDTH: mt.constexpr, ROW: mt.constexpr):
+    """[TP, WIDTH] raw inputs of one projection for every sequence position (fp32): the draft cache's rows
+    (`drow`, where is_d) or the new tokens' rows (`trow`, where is_t), 0 elsewhere."""
+    full = offs[None, :] >= 0
+    xd = mt.load(draft_proj_ptr + drow[:, None] * ROW + DRAFT_COL + offs[None, :], mask=is_d[:, None] & full,
+                 other=0.0)
+    xt = mt.load(src_ptr + trow[:, None] * WIDTH + offs[None, :], mask=is_t[:, None] & full, other=0.0)
+    return xd.to(mt.float32) + xt.to(mt.float32)
+
+
+@mt.func
+def _conv_rows(seq, rows, col, offs, taps_ptr, RAW: mt.constexpr):
+    """Conv + SiLU of every sequence position at once: the 4 taps read the raw inputs of positions s-3..s from the
+    sequence area of the scratch (row s + 3 holds position s; rows 0..2 the committed window)."""
+    w0, w1, w2, w3 = _load_taps(taps_ptr)
+    base = seq + rows[:, None] * RAW + col + offs[None, :]
+    y = (w0[None, :] * mt.load(base) + w1[None, :] * mt.load(base + RAW) + w2[None, :] * mt.load(base + 2 * RAW)
+         + w3[None, :] * mt.load(base + 3 * RAW))
+    return y * _sigmoid(y)
+
+
+@mt.kernel(min_blocks_per_sm=2)
+def kda_decode_scratch_kernel(
+        q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
+        state_ptr, conv_state_ptr, draft_proj_ptr, draft_beta_ptr, state_idx_ptr, num_accepted_ptr,
+        conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
+        scale, lower_bound, norm_eps, renorm_every, scratch_ptr, num_items,
+        H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
+        KL: mt.constexpr, KV: mt.constexpr, VC: mt.constexpr, TP: mt.constexpr, TN: mt.constexpr):
+    """The step for any T with the state streamed in V chunks (variants `stream_scratch*`). The rows of the state
+    evolve independently given each token's K vectors, so:
+      1. prologue: the state-independent vectors of every token (replayed drafts, then the T new tokens: conv,
+         SiLU, gate, L2 norms, beta, k^.q^, the deferred-decay columns) are computed once, for all tokens together
+         as [TP, K] tiles (TP = MAX_DRAFTS + T rounded up to a power of two; row s = sequence position s: replayed
+         draft j at s = j, new token t at s = n + t), and written to this program's scratch rows (fp32, ROW_S
+         values each, `scratch_row_floats`). The conv taps of s read the raw inputs of s-3..s: the raw rows are
+         first written in sequence order to a second area of the scratch, behind the committed window, and read
+         back shifted (an mt.barrier() between);
+      2. mt.barrier() (the chunks read them in another layout, so in other threads), then the conv window and the
+         new drafts' raw rows are stored: every thread's loads of the window and of the replayed draft rows are
+         done (see "In-place safety");
+      3. for each [KJ, VC, KL, KV] chunk of the state (the next one's load in flight): the replayed drafts, the
+         bonus token, then the chunk is stored (the committed state), then the new drafts; each token's columns
+         are loaded from the scratch straight in the state's layout (L1 / L2 hits), and each new token's chunk of
+         un-normalized o goes back to its scratch row;
+      4. mt.barrier(), then per new token: o from the scratch, RMSNorm * weight * sigmoid(gate) -> o.
+    Deferred decay as in `kda_decode_step_kernel`: the chunk is kept as S_true = S D[None, :]; a replayed token
+    costs 2 ops per state element, a new token 3. D restarts at each run of `renorm_every` tokens (runs: the
+    replayed drafts from 0, the bonus token alone, the new drafts from 1), and each run ends with S *= D (the
+    last token's D column, from the scratch)."""
+    pid = mt.program_id(0)
+    T = NUM_DRAFTS + 1
+    C = 2 * H * K + H * V
+    ROW = 3 * K + V
+    ROW_S = 4 * K + 2 * V + 4
+    SCRATCH = TP * ROW_S + (TP + 3) * (2 * K + V)  # fp32 per program: `scratch_floats`
+    KJ = K // (KL * KV)
+    NC = V // VC
+    # persistent: program pid works through items (row b, head h) = divmod(item, H) with its own scratch, which
+    # stays L2-resident (num_programs x `scratch_floats`: ~20 MB at 2 x 132 programs)
+    scr = scratch_ptr + pid.to(mt.int64) * SCRATCH
+    for item in range(pid, num_items, mt.num_programs(0)):
+        h = item % H
+        b = item // H
+        slot = mt.load(state_idx_ptr + b)
+        if slot >= 0:  # -1: a padding row, nothing read or written
+            slot64 = slot.to(mt.int64)
+            n_replay = mt.minimum(mt.maximum(mt.load(num_accepted_ptr + b).to(mt.int32), 0), MAX_DRAFTS)
+            offs_k = mt.arange(0, K)
+            offs_v = mt.arange(0, V)
+            ch_q = h * K + offs_k
+            ch_k = H * K + h * K + offs_k
+            ch_v = 2 * H * K + h * V + offs_v
+            dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
+            a_coef = mt.exp(mt.load(a_log_ptr + h))
+            norm_w = mt.load(o_norm_w_ptr + offs_v)
+            conv_base = conv_state_ptr + slot64 * (3 * C)
+            offs_vc = mt.arange(0, VC)
+            offs_k3 = ((mt.arange(0, KJ)[:, None, None] * KL + mt.arange(0, KL)[None, :, None]) * KV
+                       + mt.arange(0, KV)[None, None, :])
+            state_base = state_ptr + (slot64 * H + h) * (V * K)
+            chunk_offs = offs_vc[None, :, None, None] * K + offs_k3[:, None, :, :]
+            # a token's K vectors as [KJ, VC, KL, KV] tiles (stride 0 over the rows): the load gets the state's
+            # coalesced layout, so a column arrives in the registers that multiply the chunk, with no move
+            col_offs = offs_vc[None, :, None, None] * 0 + offs_k3[:, None, :, :]
+            S_next = mt.load(state_base + chunk_offs)  # chunk 0 in flight during the prologue
+
+            # 1. the per-token vectors of every sequence position s (replayed drafts s < n, new token t at s = n + t),
+            #    all at once as [TP, K] tiles. The raw inputs go to the scratch's sequence area first (rows 0..2: the
+            #    committed window, row s + 3: position s), so that each conv tap is a shifted read of it.
+            rows = mt.arange(0, TP)
+            n_tok = n_replay + T
+            is_d = rows < n_replay
+            is_t = (rows >= n_replay) & (rows < n_tok)
+            draft0 = (slot64 * MAX_DRAFTS) * H + h
+            drow = draft0 + mt.minimum(rows, MAX_DRAFTS - 1) * H
+            trow = (b * T + mt.minimum(mt.maximum(rows - n_replay, 0), T - 1)) * H + h
+            seq = scr + TP * ROW_S
+            RAW = 2 * K + V
+            seq_rows = seq + (rows[:, None] + 3) * RAW
+            mt.store(seq_rows + offs_k[None, :], _raw_rows(draft_proj_ptr, q_ptr, drow, trow, is_d, is_t, offs_k, 0, K,
+                                                          ROW))
+            mt.store(seq_rows + K + offs_k[None, :], _raw_rows(draft_proj_ptr, k_ptr, drow, trow, is_d, is_t, offs_k, K,
+                                                              K, ROW))
+            mt.store(seq_rows + 2 * K + offs_v[None, :], _raw_rows(draft_proj_ptr, v_ptr, drow, trow, is_d, is_t,
+                                                                  offs_v, 2 * K, V, ROW))
+            for i in mt.static_range(3):
+                mt.store(seq + i * RAW + offs_k, mt.load(conv_base + i * C + ch_q).to(mt.float32))
+                mt.store(seq + i * RAW + K + offs_k, mt.load(conv_base + i * C + ch_k).to(mt.float32))
+                mt.store(seq + i * RAW + 2 * K + offs_v, mt.load(conv_base + i * C + ch_v).to(mt.float32))
+            xf = _raw_rows(draft_proj_ptr, f_ptr, drow, trow, is_d, is_t, offs_k, 2 * K + V, K, ROW)
+            xb = (mt.load(draft_beta_ptr + drow, mask=is_d, other=0.0).to(mt.float32)
+                  + mt.load(beta_ptr + trow, mask=is_t, other=0.0).to(mt.float32))
+            valid = rows < n_tok
+            # the deferred decay's column scales: D_s = exp(G_s - G_before its run), G the cumulative log decay; runs
+            # start at replayed drafts 0, R, 2R, ..., at the bonus token (s = n) and at new drafts 1, 1 + R, ...
+            g = mt.where(valid[:, None], _log_decay(xf, dt_bias[None, :], a_coef, lower_bound), 0.0)
+            cum = mt.cumsum(g, axis=0)
+            run_start = ((is_d & (rows % renorm_every == 0)) | (rows == n_replay)
+                         | ((rows > n_replay) & ((rows - n_replay - 1) % renorm_every == 0)))
+            base = mt.cummin(mt.where(run_start[:, None], cum - g, 3.0e38), axis=0)  # cum decreases: the latest start
+            D = mt.exp(cum - base)
+            E = mt.exp(base - cum)
+            mt.barrier()  # the sequence area, written in other threads' layouts
+            kk = _conv_rows(seq, rows, K, offs_k, conv_w_ptr + ch_k * 4, RAW)
+            kh = kk * mt.rsqrt(mt.sum(kk * kk, axis=1) + QK_NORM_EPS)[:, None]
+            qq = _conv_rows(seq, rows, 0, offs_k, conv_w_ptr + ch_q * 4, RAW)
+            qh = qq * (mt.rsqrt(mt.sum(qq * qq, axis=1) + QK_NORM_EPS) * scale)[:, None]
+            vv = _conv_rows(seq, rows, 2 * K, offs_v, conv_w_ptr + ch_v * 4, RAW)
+            srows = scr + rows[:, None] * ROW_S
+            mask_k = valid[:, None] & (offs_k[None, :] >= 0)
+            mt.store(srows + offs_k[None, :], D, mask=mask_k)
+            mt.store(srows + K + offs_k[None, :], D * kh, mask=mask_k)
+            mt.store(srows + 2 * K + offs_k[None, :], E * kh, mask=mask_k)
+            mt.store(srows + 3 * K + offs_k[None, :], D * qh, mask=mask_k)
+            mt.store(srows + 4 * K + offs_v[None, :], vv, mask=valid[:, None] & (offs_v[None, :] >= 0))
+            mt.store(scr + rows * ROW_S + 4 * K + 2 * V, _sigmoid(xb), mask=valid)
+            mt.store(scr + rows * ROW_S + 4 * K + 2 * V + 1, mt.sum(kh * qh, axis=1), mask=valid)
+
+            # 2. the scratch rows are read by other threads below; and every thread's loads of the conv window and of
+            #    the replayed draft rows are done before anyone overwrites them (see "In-place safety")
+            mt.barrier()
+            # the committed conv window: the raw inputs of positions n - 2, n - 1 and n (the bonus token)
+            for i in mt.static_range(3):
+                src = seq + (n_replay + 1 + i) * RAW
+                mt.store(conv_base + i * C + ch_q, mt.load(src + offs_k))
+                mt.store(conv_base + i * C + ch_k, mt.load(src + K + offs_k))
+                mt.store(conv_base + i * C + ch_v, mt.load(src + 2 * K + offs_v))
+            # this step's drafts t = 1..T-1, raw, for the next step's replay
+            tt = mt.arange(0, TN)
+            new_draft = (tt >= 1) & (tt < T)
+            tok_rows = (b * T + mt.minimum(tt, T - 1)) * H + h
+            draft_rows = draft_proj_ptr + ((slot64 * MAX_DRAFTS + mt.maximum(tt - 1, 0)) * H + h)[:, None] * ROW
+            mk = new_draft[:, None] & (offs_k[None, :] >= 0)
+            mt.store(draft_rows + offs_k[None, :], mt.load(q_ptr + tok_rows[:, None] * K + offs_k[None, :], mask=mk),
+                     mask=mk)
+            mt.store(draft_rows + K + offs_k[None, :], mt.load(k_ptr + tok_rows[:, None] * K + offs_k[None, :],
+                                                               mask=mk), mask=mk)
+            mv = new_draft[:, None] & (offs_v[None, :] >= 0)
+            mt.store(draft_rows + 2 * K + offs_v[None, :], mt.load(v_ptr + tok_rows[:, None] * V + offs_v[None, :],
+                                                                   mask=mv), mask=mv)
+            mt.store(draft_rows + 2 * K + V + offs_k[None, :], mt.load(f_ptr + tok_rows[:, None] * K + offs_k[None, :],
+                                                                       mask=mk), mask=mk)
+            mt.store(draft_beta_ptr + (slot64 * MAX_DRAFTS + mt.maximum(tt - 1, 0)) * H + h,
+                     mt.load(beta_ptr + tok_rows, mask=new_draft), mask=new_draft)
+
+            # 3. the state, chunk by chunk: a chunk is loaded and stored by the same threads (same tile layout)
+            for c in range(0, NC):
+                S = S_next
+                S_next = mt.load(state_base + mt.minimum(c + 1, NC - 1) * (VC * K) + chunk_offs)
+                v0 = c * VC
+                for j0 in range(0, n_replay, renorm_every):
+                    j1 = mt.minimum(j0 + renorm_every, n_replay)
+                    for j in range(j0, j1):
+                        S = _scratch_replay(S, scr + j * ROW_S, v0, offs_vc, col_offs, K, V)
+                    S = S * mt.load(scr + (j1 - 1) * ROW_S + col_offs)  # fold the run's D into the state
+                bonus_row = scr + n_replay * ROW_S
+                S = _scratch_new_token(S, bonus_row, v0, offs_vc, col_offs, K, V) * mt.load(bonus_row + col_offs)
+                mt.store(state_base + c * (VC * K) + chunk_offs, S)  # the state after the bonus token
+                for t0 in range(1, T, renorm_every):
+                    t1 = mt.minimum(t0 + renorm_every, T)
+                    for t in range(t0, t1):
+                        S = _scratch_new_token(S, scr + (n_replay + t) * ROW_S, v0, offs_vc, col_offs, K, V)
+                    # fold the run's D in before the next run (unconditionally: a runtime `if` that yields the
+                    # chunk costs more register moves than the fold after the last run, whose state is dropped)
+                    S = S * mt.load(scr + (n_replay + t1 - 1) * ROW_S + col_offs)
+
+            # 4. the output norm over all V rows, which other threads wrote: every new token at once, [TN, V]
+            mt.barrier()
+            new_tok = tt < T
+            mo = new_tok[:, None] & (offs_v[None, :] >= 0)
+            toks = ((b * T + mt.minimum(tt, T - 1)) * H + h)[:, None] * V + offs_v[None, :]
+            o = mt.load(scr + (n_replay + mt.minimum(tt, T - 1))[:, None] * ROW_S + 4 * K + V + offs_v[None, :],
+                        mask=mo, other=0.0)
+            gate = mt.load(gate_ptr + toks, mask=mo, other=0.0).to(mt.float32)
+            inv_rms = mt.rsqrt(mt.sum(o * o, axis=1) / V + norm_eps)
+            mt.store(o_ptr + toks, o * inv_rms[:, None] * norm_w[None, :] * _sigmoid(gate), mask=mo)
+            mt.barrier()  # the next item's prologue overwrites the scratch rows read above
+
+
 # The same kernels under other register caps, for A/B runs (tools/kda_decode_ab.py): the general kernel uncapped
 # (ptxas takes 176-201 registers: one program per SM at 8 warps); the T = 1 kernel at 4 warps with 4 programs per
 # SM (128 registers, the same 16 warps per SM as 2 x 8).
@@ -569,6 +839,7 @@ class Variant:
     t1_prefetch: int
     kernel: str  # kernel for T > 1
     warps: int
+    rows: int = 1  # kda_decode_scratch_kernel: rows of a chunk per lane group (`state_chunk_rows`)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -577,11 +848,16 @@ VARIANTS: dict[str, Variant] = {
     "stream_l32_pf2": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8),
     "stream_w4": Variant("kda_decode_t1_kernel_4w", 4, 8, 1, 1, "kda_decode_step_kernel", 8),
     "stream_k7nocap": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_step_kernel_uncapped", 8),
+    "stream_scratch": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_scratch_kernel", 8),
+    "stream_scratch_vc64": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_scratch_kernel", 8, rows=2),
     "loop": Variant("kda_decode_step_kernel", 8, 8, 1, 1, "kda_decode_step_kernel", 8),  # the 18:55 kernel
     "loop_nocap": Variant("kda_decode_step_kernel_uncapped", 8, 8, 1, 1,
                           "kda_decode_step_kernel_uncapped", 8),  # the general kernel without the register cap
 }
-DEFAULT_VARIANT = "stream"
+# The default stays the measured 18:55 kernel ("loop": 186.4 / 444.8 us at B256 H12 k=0 / k=7) until a GPU run of
+# tools/kda_decode_ab.py (tools/gpu_session.sh kda) times the streamed ones ("stream" predicted 110-130 us at k=0,
+# "stream_scratch_vc64" 220-295 us at k=7; docs/kernels/kda_decode.md); the session that built them had no device time.
+DEFAULT_VARIANT = "loop"
 
 
 # ------------------------------------------------------------------------------------------------ host side
@@ -726,6 +1002,16 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         rows = state_chunk_rows(vd, num_warps, lanes_k, chosen.t1_rows)
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, MAX_DRAFTS=cache.max_drafts, KL=lanes_k, KV=vec_k, VC=rows,
                          PREFETCH=min(chosen.t1_prefetch, vd // rows), num_warps=num_warps)
+    elif kernel_name == "kda_decode_scratch_kernel":
+        lanes_k, vec_k = state_k_split(kd)
+        # a persistent grid, each program with an fp32 scratch for its items' per-token vectors (`scratch_floats`:
+        # 78.6 KB per program at K = V = 128, k = 7); from the caching allocator, so graph-safe
+        programs = scratch_programs(q.device, bsz * h)
+        scratch = torch.empty(programs * scratch_floats(kd, vd, cache.max_drafts, t), dtype=torch.float32,
+                              device=q.device)
+        kernel[(programs,)](*args, scratch, bsz * h, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
+                         KL=lanes_k, KV=vec_k, VC=state_chunk_rows(vd, num_warps, lanes_k, chosen.rows),
+                         TP=scratch_tokens(cache.max_drafts, t), TN=1 << (t - 1).bit_length(), num_warps=num_warps)
     else:
         lanes_k, vec_k = state_k_split(kd)
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, KL=lanes_k,
@@ -745,3 +1031,7 @@ for _drafts in (0, 7):  # no speculation (the general kernel, variant "loop") an
                                       KL=8, KV=4, num_warps=8)
 kda_decode_t1_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, MAX_DRAFTS=7, KL=8, KV=4, VC=32,
                                 PREFETCH=1, num_warps=8)
+for _rows in (1, 2):  # variants stream_scratch (chunks of 32 rows) and stream_scratch_vc64 (64 rows), 7 drafts
+    kda_decode_scratch_kernel.specialize(signature=_K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", H=96,
+                                         K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, VC=32 * _rows, TP=16,
+                                         TN=8, num_warps=8)

@@ -233,7 +233,61 @@ def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> 
         assert torch.equal(cache.state[slot], expected.state[slot])
 
 
-def test_kernel_num_accepted_int64_and_clamped(interpret: None) -> None:
+@pytest.mark.parametrize("variant,kd,vd,dtype,drafts,steps", [
+    ("stream_scratch", 16, 16, torch.bfloat16, 3, 20),  # one chunk of 16 rows
+    ("stream_scratch", 32, 64, torch.bfloat16, 3, 20),  # 4 chunks of 16 rows (4 warps, KL = 8)
+    ("stream_scratch_vc64", 32, 64, torch.float32, 7, 8),  # 2 chunks of 32 rows (2 rows per lane group), fp32
+])
+def test_scratch_kernel_spec_decode_20_steps(interpret: None, variant: str, kd: int, vd: int, dtype: torch.dtype,
+                                             drafts: int, steps: int) -> None:
+    """The streamed T > 1 kernel (`kda_decode_scratch_kernel`: per-token vectors staged in a scratch, the state in V
+    chunks) through the simulator: random acceptance (0, all, mixed), padding rows, requests moving between rows."""
+    step = functools.partial(kda_decode_step, variant=variant)
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=kd, head_v_dim=vd, num_drafts=drafts, steps=steps,
+                               dtype=dtype, seed=16)
+    if dtype == torch.bfloat16:
+        assert rep.output_error <= 1e-2 and rep.state_error <= 2e-3 and rep.conv_error == 0, rep
+    else:
+        assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+    assert 0 in rep.accepted_counts and drafts in rep.accepted_counts and rep.padding_rows > 0
+
+
+@pytest.mark.parametrize("lower_bound", [-20.0, -39.0])
+def test_scratch_kernel_deferred_decay_renormalizes(interpret: None, lower_bound: float) -> None:
+    """Strong gates end a run of the deferred decay every 2 tokens (-20) or every token (-39): the scratch kernel
+    folds each run's D column into the chunk, in the replay and in the drafts, and still matches the reference."""
+    step = functools.partial(kda_decode_step, variant="stream_scratch")
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=16, head_v_dim=32, num_drafts=5, steps=8,
+                               dtype=torch.float32, seed=13, lower_bound=lower_bound)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+    assert max(rep.accepted_counts) >= 3
+
+
+def test_scratch_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
+    """One `stream_scratch` step from a random cache (stale drafts in every slot, 5 / 0 / 3 accepted, a padding
+    row), 4 chunks: outputs, state, conv window and draft cache equal the torch step's; other slots untouched."""
+    gen = torch.Generator().manual_seed(17)
+    h, kd, vd, drafts, rows = 2, 32, 64, 5, 4
+    w = random_weights(h, kd, vd, gen)
+    cache = random_cache(6, h, kd, vd, drafts, torch.float32, gen)
+    expected = clone_cache(cache)
+    x = TokenInputs.random((rows, drafts + 1), h, kd, vd, torch.float32, gen)
+    idx = torch.tensor([5, -1, 0, 2], dtype=torch.int32)
+    acc = torch.tensor([5, 2, 0, 3], dtype=torch.int32)
+    out = torch.full_like(x.gate, float("nan"))
+    kda_decode_step(*x.as_tuple(), w, cache, idx, acc, out=out, variant="stream_scratch")
+    ref = spec_decode_step_torch(*x.as_tuple(), w, expected, idx, acc, out=torch.full_like(x.gate, float("nan")))
+    live = idx >= 0
+    assert torch.allclose(out[live], ref[live], rtol=1e-5, atol=1e-5)
+    assert out[~live].isnan().all()
+    for name in ("state", "conv_state", "draft_proj", "draft_beta"):
+        assert torch.allclose(getattr(cache, name), getattr(expected, name), rtol=1e-5, atol=1e-5), name
+    for slot in (1, 3, 4):
+        assert torch.equal(cache.state[slot], expected.state[slot])
+
+
+@pytest.mark.parametrize("variant", [None, "stream_scratch"])
+def test_kernel_num_accepted_int64_and_clamped(interpret: None, variant: str | None) -> None:
     """num_accepted may be int64; values past the draft cache are clamped to it (never read out of bounds)."""
     gen = torch.Generator().manual_seed(10)
     h, kd, vd, drafts = 2, 8, 8, 2
@@ -242,7 +296,7 @@ def test_kernel_num_accepted_int64_and_clamped(interpret: None) -> None:
     expected = clone_cache(cache)
     x = TokenInputs.random((2, drafts + 1), h, kd, vd, torch.float32, gen)
     idx = torch.tensor([2, 0], dtype=torch.int64)
-    out = kda_decode_step(*x.as_tuple(), w, cache, idx, torch.tensor([9, -3]))
+    out = kda_decode_step(*x.as_tuple(), w, cache, idx, torch.tensor([9, -3]), variant=variant)
     ref = spec_decode_step_torch(*x.as_tuple(), w, expected, idx, torch.tensor([2, 0]))
     assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
     assert torch.allclose(cache.state, expected.state, rtol=1e-5, atol=1e-5)
@@ -287,14 +341,38 @@ def test_host_wrapper_reads_no_device_data(monkeypatch: pytest.MonkeyPatch) -> N
     assert args[-4] == pytest.approx(128 ** -0.5) and args[-3] == -5.0 and args[-1] == 8  # renorm every 40/5
 
 
+def test_host_wrapper_launches_the_persistent_scratch_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """variant="stream_scratch" at k = 7 launches `kda_decode_scratch_kernel` on a persistent grid (2 programs off
+    the GPU) over the B * H items, with one scratch per program, reading no device data (meta tensors); k = 0
+    still runs the streamed T = 1 kernel."""
+    fake = RecordingKernel()
+    monkeypatch.setattr(kda_decode, "kda_decode_scratch_kernel", fake)
+    x, w, cache, idx, acc = meta_step_inputs(b=5, t=8, h=96, kd=128, vd=128, drafts=7)
+    kda_decode_step(*x, w, cache, idx, acc, variant="stream_scratch")
+    (grid, args, kwargs), = fake.launches
+    assert grid == (2,)
+    assert kwargs == dict(H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, VC=32, TP=16, TN=8,
+                          num_warps=8)
+    scratch, items = args[-2:]
+    assert items == 5 * 96 and scratch.dtype == torch.float32
+    assert scratch.numel() == 2 * kda_decode.scratch_floats(128, 128, 7, 8) == 2 * (16 * 772 + 19 * 384)
+    kda_decode_step(*x, w, cache, idx, acc, variant="stream_scratch_vc64")
+    assert fake.launches[-1][2]["VC"] == 64
+    t1 = RecordingKernel()
+    monkeypatch.setattr(kda_decode, "kda_decode_t1_kernel", t1)
+    x, w, cache, idx, acc = meta_step_inputs(b=5, t=1, h=96, kd=128, vd=128, drafts=7)
+    kda_decode_step(*x, w, cache, idx, acc, variant="stream_scratch")
+    assert len(t1.launches) == 1 and len(fake.launches) == 2
+
+
 def test_host_wrapper_dispatches_k0_to_the_streamed_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """k = 0 launches the streamed T = 1 kernel (32-row chunks at K = V = 128, 8 warps), reading no device data;
-    variant="loop" launches the general kernel instead; an unknown variant is rejected."""
+    """k = 0 with variant="stream" launches the streamed T = 1 kernel (32-row chunks at K = V = 128, 8 warps),
+    reading no device data; variant="loop" launches the general kernel instead; an unknown variant is rejected."""
     streamed, general = RecordingKernel(), RecordingKernel()
     monkeypatch.setattr(kda_decode, "kda_decode_t1_kernel", streamed)
     monkeypatch.setattr(kda_decode, "kda_decode_step_kernel", general)
     x, w, cache, idx, acc = meta_step_inputs(b=5, t=1, h=96, kd=128, vd=128, drafts=7)
-    kda_decode_step(*x, w, cache, idx, acc)
+    kda_decode_step(*x, w, cache, idx, acc, variant="stream")
     (grid, _, kwargs), = streamed.launches
     assert grid == (96, 5) and not general.launches
     assert kwargs == dict(H=96, K=128, V=128, MAX_DRAFTS=7, KL=8, KV=4, VC=32, PREFETCH=1, num_warps=8)
@@ -342,16 +420,30 @@ def test_k3_kernel_fits_two_programs_per_sm() -> None:
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
 def test_k3_t1_kernel_fits_two_programs_per_sm_without_spills() -> None:
-    """The streamed T = 1 kernel at the K3 shape (the default variant for k = 0) holds a 32-row chunk of the state
+    """The streamed T = 1 kernel at the K3 shape (variant "stream" for k = 0) holds a 32-row chunk of the state
     (16 registers) plus the next chunk in flight: ptxas fits 8 warps in 128 registers with no spills at all."""
     spec, = kda_decode.kda_decode_t1_kernel.specializations
-    v = kda_decode.VARIANTS[kda_decode.DEFAULT_VARIANT]
+    v = kda_decode.VARIANTS["stream"]
     assert v.t1_kernel == "kda_decode_t1_kernel" and spec.num_warps == v.t1_warps == 8
     assert spec.constexprs["VC"] == kda_decode.state_chunk_rows(128, 8, spec.constexprs["KL"], v.t1_rows) == 32
     compiled = spec.compile(target="cubin")
     assert ".minnctapersm 2" in compiled.ptx
     assert compiled.metadata["registers"] <= 128, compiled.report()
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.report()
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
+@pytest.mark.parametrize("vc", [32, 64])
+def test_k3_scratch_kernel_fits_two_programs_per_sm(vc: int) -> None:
+    """The persistent T > 1 kernel at the K3 shape (k = 7, chunks of 32 / 64 rows): 8 warps in 128 registers for
+    2 programs per SM. ptxas spills a few per-item values (40 / 56 B, stored and reloaded outside the chunk and
+    token loops: docs/kernels/kda_decode.md); the bound keeps that from growing."""
+    spec, = [s for s in kda_decode.kda_decode_scratch_kernel.specializations if s.constexprs["VC"] == vc]
+    assert spec.constexprs["NUM_DRAFTS"] == 7 and spec.num_warps == 8
+    compiled = spec.compile(target="cubin")
+    assert ".minnctapersm 2" in compiled.ptx
+    assert compiled.metadata["registers"] <= 128, compiled.report()
+    assert compiled.metadata["spill_stores"] <= 64 and compiled.metadata["spill_loads"] <= 64, compiled.report()
 
 
 def test_benchmark_module_imports_and_runs_our_step_on_cpu(interpret: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -438,6 +530,22 @@ def test_compiled_t1_kernel_matches_the_interpreter(kd: int, vd: int, num_warps:
     assert "st.shared" in ptx  # the v slices / output pieces do move between layouts (the test covers them)
 
 
+@pytest.mark.parametrize("kd,vd,num_warps,lower_bound,variant", [
+    (16, 16, 4, -20.0, "stream_scratch"),  # one chunk of 16 rows (KL = 4)
+    (32, 64, 4, -5.0, "stream_scratch"),  # 4 chunks of 16 rows
+    (32, 64, 4, -20.0, "stream_scratch_vc64"),  # 2 chunks of 32 rows (2 rows per lane group), runs of 2 tokens
+])
+def test_compiled_scratch_kernel_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float,
+                                                         variant: str) -> None:
+    """The streamed T > 1 kernel (3 drafts; replays of 3, 1 and 2 drafts, a padding row) on the PTX simulator: the
+    scratch rows written in the 1-D layout and read back as state columns by other threads, the chunks' outputs
+    written to the scratch and read back for the norm. The simulator's global-memory race detector checks the
+    two mt.barrier() calls (without the first, all three cases fail; see docs/kernels/kda_decode.md)."""
+    assert kda_decode.VARIANTS[variant].kernel == "kda_decode_scratch_kernel"
+    compiled_step_matches_interpreter("kda_decode_scratch_kernel", kd, vd, num_warps, lower_bound, drafts=3,
+                                      variant=variant)
+
+
 # ------------------------------------------------------------------------------------------------ GPU
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -447,7 +555,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 @gpu
 @pytest.mark.parametrize("batch,heads,drafts,variant", [
     (256, 12, 7, None), (64, 96, 3, None), (64, 96, 7, None), (256, 12, 0, None), (64, 96, 0, "stream_w4"),
-    (64, 96, 0, "stream_l32_pf2"), (64, 96, 0, "stream_l32")])
+    (64, 96, 0, "stream_l32_pf2"), (64, 96, 0, "stream_l32"), (256, 12, 7, "stream_scratch"),
+    (64, 96, 3, "stream_scratch"), (64, 96, 7, "stream_scratch_vc64")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
@@ -460,8 +569,9 @@ def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("drafts", [3, 0])
-def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int) -> None:
+@pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch")])
+def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int,
+                                                       variant: str | None) -> None:
     """Capture one step, change the accepted counts and slots in place, replay: equals an eager step (k = 0: the
     streamed kernel, whose padding rows are masked rather than branched around)."""
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
@@ -474,16 +584,16 @@ def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.Monke
     idx = torch.arange(rows, dtype=torch.int32, device="cuda")
     acc = torch.zeros(rows, dtype=torch.int32, device="cuda")
     out = torch.empty(rows, drafts + 1, h, vd, dtype=torch.bfloat16, device="cuda")
-    kda_decode_step(*x, w, clone_cache(cache), idx, acc, out=out)  # compile outside the capture
+    kda_decode_step(*x, w, clone_cache(cache), idx, acc, out=out, variant=variant)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        kda_decode_step(*x, w, cache, idx, acc, out=out)
+        kda_decode_step(*x, w, cache, idx, acc, out=out, variant=variant)
     idx.copy_(torch.randperm(rows + 4, generator=gen)[:rows].to(torch.int32))
     idx[3] = -1
     acc.copy_(torch.randint(0, cache.max_drafts + 1, (rows,), generator=gen).to(torch.int32))  # k = 0: 0 or 1
     out.fill_(float("nan"))
     graph.replay()
-    ref = kda_decode_step(*x, w, eager_cache, idx, acc)
+    ref = kda_decode_step(*x, w, eager_cache, idx, acc, variant=variant)
     live = idx >= 0
     assert torch.equal(out[live], ref[live])
     assert torch.equal(cache.state, eager_cache.state)

@@ -8,7 +8,9 @@ its snapshot path (benchmarks/bench_kda_decode.py calls and finds fla). Prints o
 Columns: k0 / k7a7 / k7a0 in us; fla_T1 (pool) and fla_snap (k = 7 snapshot path); k0/fla = k0 / fla_T1 (target
 <= 1); snap/k7 = fla_snap / k7a7 (target >= 3); k7/k0 = k7a7 / k0 (target <= 1.3); bw = state floor / k0, the
 fraction of copy bandwidth the k = 0 step reaches on its state bytes (target >= 0.8). k = 7 runs the variant's
-T > 1 kernel, so variants that share it share those columns (timed once, marked '=').
+T > 1 kernel, so variants that share it (same kernel, warps and chunk rows) share those columns (timed once,
+marked '='). `stream_scratch` and `stream_scratch_vc64` time the streamed T > 1 kernel (`kda_decode_scratch_kernel`)
+in the k7 columns; run them alone with `--variants stream,stream_scratch,stream_scratch_vc64`.
 """
 from __future__ import annotations
 
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             k0 = bench.time_us(lambda: bench.ours(p0, 0, v), args.graph)
             spec = kda_decode.VARIANTS[v]
-            key = (spec.kernel, spec.warps)
+            key = (spec.kernel, spec.warps, spec.rows)
             shared = key in timed_t7
             if not shared:
                 timed_t7[key] = (bench.time_us(lambda: bench.ours(p7, 7, v), args.graph),
