@@ -258,12 +258,8 @@ def kda_decode_step_kernel(
     slot = mt.load(state_idx_ptr + b)
     if slot >= 0:  # -1: a padding row, nothing read or written
         slot64 = slot.to(mt.int64)
-        n_replay = mt.minimum(mt.maximum(mt.load(num_accepted_ptr + b).to(mt.int32), 0), MAX_DRAFTS)
-        offs_k = mt.arange(0, K)
-        offs_v = mt.arange(0, V)
-        ch_q = h * K + offs_k
-        ch_k = H * K + h * K + offs_k
-        ch_v = 2 * H * K + h * V + offs_v
+        n_replay = _replay_count(num_accepted_ptr, b, MAX_DRAFTS)
+        offs_k, offs_v, ch_q, ch_k, ch_v = _head_channels(h, H, K, V)
 
         # per-head parameters; the conv-tap vectors are 1 register each in the compact 1-D layout, cheaper than
         # re-reading them from L1 every token (they were 8 + 12 dependent loads per replayed / new token). The q taps
@@ -418,6 +414,20 @@ def _token_chunk(S, a_cols, k_cols, q_cols, v, beta, rk, rq, kq):
     u = beta * (v[None, :, None, None] - rk * sk)
     o = rq * sq + u * (rk * rq * kq)
     return Sa + (u * rk) * k_cols, o.reshape(v.shape)
+
+
+@mt.func
+def _head_channels(h, H, K, V):
+    """(offs_k, offs_v, q channels, k channels, v channels) of head h in the conv layout q | k | v."""
+    offs_k = mt.arange(0, K)
+    offs_v = mt.arange(0, V)
+    return offs_k, offs_v, h * K + offs_k, H * K + h * K + offs_k, 2 * H * K + h * V + offs_v
+
+
+@mt.func
+def _replay_count(num_accepted_ptr, b, MAX_DRAFTS):
+    """How many drafts of the previous step row b replays: its accepted count clamped to [0, MAX_DRAFTS]."""
+    return mt.minimum(mt.maximum(mt.load(num_accepted_ptr + b).to(mt.int32), 0), MAX_DRAFTS)
 
 
 @mt.func
@@ -684,12 +694,8 @@ def kda_decode_scratch_kernel(
         slot = mt.load(state_idx_ptr + b)
         if slot >= 0:  # -1: a padding row, nothing read or written
             slot64 = slot.to(mt.int64)
-            n_replay = mt.minimum(mt.maximum(mt.load(num_accepted_ptr + b).to(mt.int32), 0), MAX_DRAFTS)
-            offs_k = mt.arange(0, K)
-            offs_v = mt.arange(0, V)
-            ch_q = h * K + offs_k
-            ch_k = H * K + h * K + offs_k
-            ch_v = 2 * H * K + h * V + offs_v
+            n_replay = _replay_count(num_accepted_ptr, b, MAX_DRAFTS)
+            offs_k, offs_v, ch_q, ch_k, ch_v = _head_channels(h, H, K, V)
             dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
             a_coef = mt.exp(mt.load(a_log_ptr + h))
             norm_w = mt.load(o_norm_w_ptr + offs_v)
