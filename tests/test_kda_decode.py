@@ -208,19 +208,21 @@ def test_kernel_deferred_decay_renormalizes(interpret: None, lower_bound: float)
     assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
 
 
-def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
-    """One step from a random cache (random committed state, conv window, and stale drafts in every slot): outputs,
-    state, conv window and draft cache equal the torch step's; padding rows and unused slots are untouched."""
-    gen = torch.Generator().manual_seed(9)
-    h, kd, vd, drafts, rows = 2, 16, 16, 3, 4
+def check_step_against_torch(seed: int, kd: int, vd: int, drafts: int, accepted: list[int],
+                             variant: str | None = None) -> None:
+    """One step from a random cache (random committed state, conv window, and stale drafts in every slot; rows use
+    slots 5, -1 (padding), 0, 2): outputs, state, conv window and draft cache equal the torch step's; padding rows
+    and the slots not in the batch (1, 3, 4) are untouched."""
+    gen = torch.Generator().manual_seed(seed)
+    h = 2
     w = random_weights(h, kd, vd, gen)
     cache = random_cache(6, h, kd, vd, drafts, torch.float32, gen)
     expected = clone_cache(cache)
-    x = TokenInputs.random((rows, drafts + 1), h, kd, vd, torch.float32, gen)
+    x = TokenInputs.random((4, drafts + 1), h, kd, vd, torch.float32, gen)
     state_indices = torch.tensor([5, -1, 0, 2], dtype=torch.int32)
-    num_accepted = torch.tensor([3, 2, 0, 1], dtype=torch.int32)
+    num_accepted = torch.tensor(accepted, dtype=torch.int32)
     out = torch.full_like(x.gate, float("nan"))
-    kda_decode_step(*x.as_tuple(), w, cache, state_indices, num_accepted, out=out)
+    kda_decode_step(*x.as_tuple(), w, cache, state_indices, num_accepted, out=out, variant=variant)
     ref = spec_decode_step_torch(*x.as_tuple(), w, expected, state_indices, num_accepted,
                                  out=torch.full_like(x.gate, float("nan")))
     live = state_indices >= 0
@@ -231,6 +233,11 @@ def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> 
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), name
     for slot in (1, 3, 4):  # not in the batch
         assert torch.equal(cache.state[slot], expected.state[slot])
+
+
+def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
+    """The default kernel, 3 drafts (3 / 2 / 0 / 1 accepted), K = V = 16."""
+    check_step_against_torch(9, 16, 16, 3, [3, 2, 0, 1])
 
 
 @pytest.mark.parametrize("variant,kd,vd,dtype,drafts,steps", [
@@ -264,26 +271,8 @@ def test_scratch_kernel_deferred_decay_renormalizes(interpret: None, lower_bound
 
 
 def test_scratch_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
-    """One `stream_scratch` step from a random cache (stale drafts in every slot, 5 / 0 / 3 accepted, a padding
-    row), 4 chunks: outputs, state, conv window and draft cache equal the torch step's; other slots untouched."""
-    gen = torch.Generator().manual_seed(17)
-    h, kd, vd, drafts, rows = 2, 32, 64, 5, 4
-    w = random_weights(h, kd, vd, gen)
-    cache = random_cache(6, h, kd, vd, drafts, torch.float32, gen)
-    expected = clone_cache(cache)
-    x = TokenInputs.random((rows, drafts + 1), h, kd, vd, torch.float32, gen)
-    idx = torch.tensor([5, -1, 0, 2], dtype=torch.int32)
-    acc = torch.tensor([5, 2, 0, 3], dtype=torch.int32)
-    out = torch.full_like(x.gate, float("nan"))
-    kda_decode_step(*x.as_tuple(), w, cache, idx, acc, out=out, variant="stream_scratch")
-    ref = spec_decode_step_torch(*x.as_tuple(), w, expected, idx, acc, out=torch.full_like(x.gate, float("nan")))
-    live = idx >= 0
-    assert torch.allclose(out[live], ref[live], rtol=1e-5, atol=1e-5)
-    assert out[~live].isnan().all()
-    for name in ("state", "conv_state", "draft_proj", "draft_beta"):
-        assert torch.allclose(getattr(cache, name), getattr(expected, name), rtol=1e-5, atol=1e-5), name
-    for slot in (1, 3, 4):
-        assert torch.equal(cache.state[slot], expected.state[slot])
+    """`stream_scratch`, 5 drafts (5 / 2 / 0 / 3 accepted), K = 32, V = 64: 4 chunks."""
+    check_step_against_torch(17, 32, 64, 5, [5, 2, 0, 3], variant="stream_scratch")
 
 
 @pytest.mark.parametrize("variant", [None, "stream_scratch"])
