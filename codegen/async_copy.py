@@ -32,6 +32,17 @@ TMA-fed rings (passes/pipeline.py "TMA rings"; docs/kernels/gemm.md v2):
                                  box of B per column atom) at its offset of the slot, completing on that barrier
   mt.async_wait (ring, slot, phase)   spin on `mbarrier.try_wait.parity` of the slot's barrier; attr `barrier`: then
                                  bar.sync. TMA writes and wgmma reads both go through the async proxy: no fence.
+
+Warp-specialized rings (passes/warp_specialize.py; docs/kernels/gemm.md v3):
+  mt.alloc_ring {empty_arrivals = W}  also `.shared .align 8 .b64 mt_emptyN[S]`: the slots' empty barriers,
+                                 arrival count W (one per consumer warpgroup)
+  mt.async_wait {empty}          spins on the slot's empty barrier instead (the producer, before refilling it)
+  mt.ring_release (ring, slot, valid)   thread 0 of each consumer warpgroup, when valid:
+                                 `mbarrier.arrive.shared::cta.b64 _, [empty slot barrier]`
+  mt.warp_role                   `setp.ge.u32 p, %tid.x, 32 * consumer warps` (in the prologue); the scf.if on it
+                                 lowers its then-branch in the producer role, its else-branch in the consumer role
+                                 (codegen/context.py: barrier() -> `bar.sync 1, consumer threads`; leader())
+  mt.set_max_registers           `setmaxnreg.{inc|dec}.sync.aligned.u32 count`
 """
 from __future__ import annotations
 
@@ -274,6 +285,8 @@ def _alloc_slot_barriers(ctx: KernelContext, op: Operation) -> None:
     leader = ctx.owner_pred(None)
     for s in range(stages):
         ctx.emit(f"@{leader} mbarrier.init.shared::cta.b64 [{bars}+{MBARRIER_BYTES * s}], 1;")
+    if "empty_arrivals" in op.attrs:
+        _alloc_empty_barriers(ctx, op, stages, leader)
     ctx.emit("fence.mbarrier_init.release.cluster;")
     ctx.barrier()
 
@@ -308,7 +321,7 @@ def _tma_ring_copy(ctx: KernelContext, op: Operation) -> None:
     if any(tuple(b) != box_shape for _, b, _ in boxes):
         raise ctx.error(f"the descriptor's box {list(box_shape)} is not the ring's box {list(boxes[0][1])}")
     issue = ctx.new("pred")
-    ctx.emit(f"and.pred {issue}, {ctx.owner_pred(None)}, {ctx.get1(valid)};")
+    ctx.emit(f"and.pred {issue}, {ctx.leader()}, {ctx.get1(valid)};")
     base = _slot_base(ctx, ring, slot)
     bar = _slot_barrier(ctx, ring, slot)
     nbytes = shape[0] * shape[1] * ring_t.scalar.bytes  # type: ignore[union-attr]
@@ -330,10 +343,70 @@ def _offset(ctx: KernelContext, reg: str, delta: int) -> str:
 def _tma_ring_wait(ctx: KernelContext, op: Operation) -> None:
     """mt.async_wait (ring, slot, phase): spin on the slot barrier's phase of that parity; attr barrier: bar.sync."""
     ring, slot, phase = op.operands
-    bar = _slot_barrier(ctx, ring, slot)
+    bar = _empty_barrier(ctx, ring, slot) if op.attrs.get("empty") else _slot_barrier(ctx, ring, slot)
     done, loop = ctx.new("pred"), ctx.new_label("ring_wait")
     ctx.label(loop)
     ctx.emit(f"mbarrier.try_wait.parity.shared::cta.b64 {done}, [{bar}], {ctx.get1(phase)};")
     ctx.emit(f"@!{done} bra {loop};")
     if op.attrs.get("barrier"):
         ctx.barrier()
+
+
+# ------------------------------------------------------------------------------- warp specialization
+
+
+def _alloc_empty_barriers(ctx: KernelContext, op: Operation, stages: int, leader: str) -> None:
+    """The slots' empty barriers (`mt_emptyN[S]`, one arrival per consumer warpgroup), initialized with the full
+    ones (the same fence and bar.sync publish them)."""
+    name = f"mt_empty{sum(1 for d in ctx.shared_decls if 'mt_empty' in d)}"
+    ctx.shared_decls.append(f".shared .align {MBARRIER_BYTES} .b64 {name}[{stages}];")
+    bars = ctx.in_prologue(("ring_empty", name), "b32", f"mov.u32 {{d}}, {name};")
+    _empty_barriers(ctx)[ctx.get(op.result)[0]] = bars
+    arrivals = int(op.attrs["empty_arrivals"])
+    for s in range(stages):
+        ctx.emit(f"@{leader} mbarrier.init.shared::cta.b64 [{bars}+{MBARRIER_BYTES * s}], {arrivals};")
+
+
+def _empty_barriers(ctx: KernelContext) -> dict[str, str]:
+    if not hasattr(ctx, "ring_empty_barriers"):
+        ctx.ring_empty_barriers = {}  # type: ignore[attr-defined]
+    return ctx.ring_empty_barriers  # type: ignore[attr-defined]
+
+
+def _empty_barrier(ctx: KernelContext, ring: Value, slot: Value) -> str:
+    bars = _empty_barriers(ctx).get(ctx.get(ring)[0])
+    if bars is None:
+        raise ctx.error("an empty-slot wait or release on a ring without empty barriers (attr empty_arrivals)")
+    bar = ctx.new("b32")
+    ctx.emit(f"mad.lo.u32 {bar}, {ctx.get1(slot)}, {MBARRIER_BYTES}, {bars};")
+    return bar
+
+
+WARPGROUP_THREADS = 128
+
+
+def lower_ring_release(ctx: KernelContext, op: Operation) -> None:
+    """Thread 0 of each consumer warpgroup arrives on the slot's empty barrier (after its wgmma.wait_group)."""
+    ring, slot, valid = op.operands
+    in_group = ctx.in_prologue(("tid_in_warpgroup",), "b32", f"and.b32 {{d}}, {ctx.tid}, {WARPGROUP_THREADS - 1};")
+    first = ctx.in_prologue(("warpgroup_first",), "pred", f"setp.eq.u32 {{d}}, {in_group}, 0;")
+    signal = ctx.new("pred")
+    ctx.emit(f"and.pred {signal}, {first}, {ctx.get1(valid)};")
+    bar = _empty_barrier(ctx, ring, slot)
+    ctx.emit(f"@{signal} mbarrier.arrive.shared::cta.b64 _, [{bar}];")
+
+
+def lower_warp_role(ctx: KernelContext, op: Operation) -> None:
+    first = int(op.attrs["consumer_warps"]) * 32
+    ctx.bind(op.result, [ctx.in_prologue(("warp_role", first), "pred", f"setp.ge.u32 {{d}}, {ctx.tid}, {first};")])
+
+
+def lower_set_max_registers(ctx: KernelContext, op: Operation) -> None:
+    how = "inc" if op.attrs["increase"] else "dec"
+    ctx.emit(f"setmaxnreg.{how}.sync.aligned.u32 {int(op.attrs['count'])};")
+
+
+def branch_roles(op: Operation) -> tuple[str, str] | None:
+    """(producer, consumer) when scf.if `op` branches on mt.warp_role, else None."""
+    cond = op.operands[0].defining_op
+    return ("producer", "consumer") if cond is not None and cond.name == "mt.warp_role" else None

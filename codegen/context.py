@@ -28,7 +28,11 @@ class KernelContext:
     def __init__(self, func: Operation):
         self.func = func
         self.name: str = func.attrs["sym_name"]
-        self.num_warps = int(func.attrs.get("num_warps", 4))
+        # A warp-specialized kernel (passes/warp_specialize.py) launches num_warps warps, but its layouts, wgmma
+        # offsets and TMA boxes were built for the consumer warps 0 .. consumer_warps - 1: num_warps is theirs.
+        self.block_warps = int(func.attrs.get("num_warps", 4))
+        self.num_warps = int(func.attrs.get("consumer_warps", self.block_warps))
+        self.role: str | None = None  # "producer" / "consumer" inside a warp-role scf.if (codegen/ptx.py lower_if)
         self.min_blocks_per_sm = int(func.attrs.get("min_blocks_per_sm", 0))
         self.regs = RegisterFile()
         self.body: list[str] = []
@@ -61,7 +65,20 @@ class KernelContext:
         return f"$L_{tag}_{self._labels}"
 
     def barrier(self) -> None:
-        self.emit("bar.sync 0;")
+        """A block barrier; inside the consumer role of a warp-specialized kernel the named barrier 1 of the
+        consumer threads only (the producer warpgroup never reaches it)."""
+        if self.role == "consumer":
+            self.emit(f"bar.sync 1, {self.num_warps * WARP_SIZE};")
+        else:
+            self.emit("bar.sync 0;")
+
+    def leader(self) -> str:
+        """A predicate true on the one thread that issues a role's single-thread work (TMA, expect_tx): thread 0,
+        or in the producer role of a warp-specialized kernel the producer warpgroup's first thread."""
+        if self.role != "producer":
+            return self.owner_pred(None)  # type: ignore[return-value]
+        first = self.num_warps * WARP_SIZE
+        return self._pro(("producer_leader", first), "pred", f"setp.eq.u32 {{d}}, {self.tid}, {first};")
 
     def set_loc(self, loc: Location | None) -> None:
         """Emit `.loc` when the source position changes (line info for ptxas -lineinfo and error messages)."""

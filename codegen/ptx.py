@@ -98,7 +98,7 @@ def _assemble(ctx: KernelContext, params: list[str], param_code: list[str]) -> s
     lines.append(f".visible .entry {ctx.name}(")
     lines.append(",\n".join(f"  {p}" for p in params))
     lines.append(")")
-    lines.append(f".maxntid {ctx.num_warps * 32}, 1, 1")
+    lines.append(f".maxntid {ctx.block_warps * 32}, 1, 1")  # a warp-specialized kernel's producer warps too
     if ctx.min_blocks_per_sm:  # __launch_bounds__' second number: ptxas caps registers so N programs fit an SM
         lines.append(f".minnctapersm {ctx.min_blocks_per_sm}")
     lines.append("{")
@@ -195,14 +195,19 @@ def lower_if(ctx: KernelContext, op: Operation) -> None:
     results = [_fresh(ctx, r) for r in op.results]
     other, done = ctx.new_label("else"), ctx.new_label("endif")
     ctx.emit(f"@!{cond} bra {other};")
+    roles = async_copy.branch_roles(op)  # a warp-role split: (producer, consumer) barriers and leaders
     for i, region in enumerate(op.regions):
         block = region.block
+        if roles:
+            ctx.role = roles[i]
         _lower_block(ctx, _without_terminator(block))
         ctx.op = op
         _move_values(ctx, results, block.terminator.operands)  # type: ignore[union-attr]
         if i == 0:
             ctx.emit(f"bra.uni {done};")
             ctx.label(other)
+    if roles:
+        ctx.role = None
     ctx.label(done)
     for r, regs in zip(op.results, results):
         ctx.bind(r, regs)
@@ -313,6 +318,8 @@ LOWERINGS: dict[str, Lowering] = {
     "mt.local_load": async_copy.lower_local_load,
     "mt.ring_slot": async_copy.lower_ring_slot, "mt.dot_wait": wgmma.lower_dot_wait,
     "mt.descriptor_load": tma.lower_descriptor_load, "mt.descriptor_store": tma.lower_descriptor_store,
+    "mt.warp_role": async_copy.lower_warp_role, "mt.set_max_registers": async_copy.lower_set_max_registers,
+    "mt.ring_release": async_copy.lower_ring_release,
 }
 for _name in elementwise.LOWERINGS:
     LOWERINGS[_name] = elementwise.lower_elementwise

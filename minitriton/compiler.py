@@ -24,7 +24,9 @@ from minitriton.errors import CompilationError
 # Passes run on every kernel, in order (names looked up in the pass registry when a kernel compiles).
 # "pipeline" (cp.async rings for K-loops; wgmma dots read the slots in place, asynchronously: passes/pipeline.py)
 # is verified on the CPU (ptxas, PTX simulator replays of every kernel test) but not yet on the H200.
-PIPELINE: list[str] = ["canonicalize", "tiling", "dot-lowering", "pipeline"]
+# "warp-specialize" acts only on kernels compiled with warp_specialize=True (TMA rings: a producer warpgroup, the
+# func attr num_warps then counts it too, so the launcher's block size follows; passes/warp_specialize.py).
+PIPELINE: list[str] = ["canonicalize", "tiling", "dot-lowering", "pipeline", "warp-specialize"]
 # The interpreter runs tile IR: only clean-ups, no layout assignment.
 INTERPRET_PIPELINE: list[str] = ["canonicalize"]
 
@@ -66,18 +68,21 @@ class CompiledKernel:
 def compile_kernel(fn: Callable, arg_types: dict[str, Any], constexprs: dict[str, Any], *,
                    divisibility: dict[str, int] | None = None, equal_to_one: set[str] | None = None,
                    num_warps: int = 4, num_stages: int = 3, target: str = "cubin",
-                   keep_ir: bool = False, min_blocks_per_sm: int | None = None) -> CompiledKernel:
+                   keep_ir: bool = False, min_blocks_per_sm: int | None = None,
+                   warp_specialize: bool = False) -> CompiledKernel:
     """Compile one specialization of `fn`.
 
     target: "ir" stops after the passes (ptx None), "ptx" stops after codegen, "cubin" also runs ptxas when it is
     on PATH (cubin stays None otherwise). keep_ir records the IR text after the frontend and after the passes.
     min_blocks_per_sm (CUDA's __launch_bounds__ minBlocks): the PTX entry gets `.minnctapersm N`, so ptxas limits
-    registers to let N programs share an SM.
+    registers to let N programs share an SM. warp_specialize: a TMA-fed wgmma ring gets a producer warpgroup
+    (passes/warp_specialize.py; metadata num_warps then includes its 4 warps).
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     module, stages = build_ir(fn, arg_types, constexprs, divisibility=divisibility, equal_to_one=equal_to_one,
-                              num_warps=num_warps, num_stages=num_stages, pipeline=PIPELINE, keep_ir=keep_ir)
+                              num_warps=num_warps, num_stages=num_stages, pipeline=PIPELINE, keep_ir=keep_ir,
+                              warp_specialize=warp_specialize)
     func = module.functions[0]
     if min_blocks_per_sm:
         func.attrs["min_blocks_per_sm"] = int(min_blocks_per_sm)
@@ -100,7 +105,7 @@ def compile_kernel(fn: Callable, arg_types: dict[str, Any], constexprs: dict[str
 def build_ir(fn: Callable, arg_types: dict[str, Any], constexprs: dict[str, Any], *,
              divisibility: dict[str, int] | None = None, equal_to_one: set[str] | None = None,
              num_warps: int = 4, num_stages: int = 3, pipeline: list[str] | None = None,
-             keep_ir: bool = False) -> tuple[Any, dict[str, str]]:
+             keep_ir: bool = False, warp_specialize: bool = False) -> tuple[Any, dict[str, str]]:
     """Frontend then passes; returns the module and (with keep_ir) the IR text per stage."""
     from minitriton.frontend import compile_to_ir
     from minitriton.passes import get_pass
@@ -110,6 +115,8 @@ def build_ir(fn: Callable, arg_types: dict[str, Any], constexprs: dict[str, Any]
                            equal_to_one=equal_to_one or set(), num_warps=num_warps)
     for func in module.functions:  # the pipelining pass reads num_stages from the kernel
         func.attrs.setdefault("num_stages", num_stages)
+        if warp_specialize:
+            func.attrs["warp_specialize"] = True
     stages: dict[str, str] = {}
     record_stage(stages, "frontend", module, keep_ir)
     for pass_name in PIPELINE if pipeline is None else pipeline:

@@ -6,5 +6,6 @@ from . import canonicalize, constant_fold, cse, dce  # noqa: E402,F401  (canonic
 from . import tiling  # noqa: E402,F401  (layout assignment)
 from . import dot_lowering  # noqa: E402,F401  (tensor-core instruction choice for mt.dot)
 from . import pipeline  # noqa: E402,F401  (software pipelining of dot K loops: cp.async rings)
+from . import warp_specialize  # noqa: E402,F401  (TMA rings: producer warpgroup + consumer warps)
 
 __all__ = ["PASSES", "get_pass", "register_pass", "run_passes"]

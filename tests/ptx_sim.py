@@ -924,8 +924,10 @@ def _is_descriptor(a: Any) -> bool:
     return hasattr(a, "tensor_map") and hasattr(a, "block_shape")
 
 
-def run_ptx(ptx: str, name: str, grid: Sequence[int] | int, args: Sequence[Any], num_threads: int) -> None:
-    """Run kernel `name` of `ptx` over `grid` with `args` (CPU tensors are copied in and back)."""
+def run_ptx(ptx: str, name: str, grid: Sequence[int] | int, args: Sequence[Any], num_threads: int,
+            make_cta: Any = None) -> None:
+    """Run kernel `name` of `ptx` over `grid` with `args` (CPU tensors are copied in and back). make_cta (the CTA
+    class by default) builds each CTA from CTA's arguments (tests/ptx_sim_ws.py: one program counter per role)."""
     kernel = parse(ptx, name)
     grid = (grid,) if isinstance(grid, int) else tuple(grid)
     grid = grid + (1,) * (3 - len(grid))
@@ -955,7 +957,7 @@ def run_ptx(ptx: str, name: str, grid: Sequence[int] | int, args: Sequence[Any],
         for y in range(grid[1]):
             for x in range(grid[0]):
                 gmem.barrier()  # CTAs run one after another here: a later CTA sees every earlier write
-                CTA(kernel, num_threads, (x, y, z), grid, params, gmem).run()  # type: ignore[arg-type]
+                (make_cta or CTA)(kernel, num_threads, (x, y, z), grid, params, gmem).run()  # type: ignore[arg-type]
     for tensor, raw in arrays:
         raw_t = torch.from_numpy(raw.view(np.uint8).copy())
         view_dtype = _TORCH_RAW.get(tensor.dtype, tensor.dtype)

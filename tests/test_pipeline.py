@@ -722,8 +722,8 @@ def test_gemm_ab_lists_its_variants_and_formats_a_table(capsys: pytest.CaptureFi
     spec.loader.exec_module(gemm_ab)  # type: ignore[union-attr]
     assert gemm_ab.main(["--list"]) == 0
     listed = capsys.readouterr().out
-    assert all(f"{v}:" in listed for v in ("cp.async-ring", "tma-ring", "tma-unpipelined"))
-    assert listed.count("128x256x64 w8 s4") == 2
+    assert all(f"{v}:" in listed for v in ("cp.async-ring", "tma-ring", "tma-unpipelined", "tma-ws"))
+    assert listed.count("128x256x64 w8 s4") == 3
     table = gemm_ab.format_table([("4096^3", "torch", "cuBLAS", 200.0, 200.0, "ok"),
                                   ("4096^3", "tma-ring", "128x256x64 w8 s4", 210.0, 200.0, "rel err 3e-03"),
                                   ("4096^3", "tma-ring", "128x128x64 w8 s5", None, 200.0, "wrong: relative error")])

@@ -13,7 +13,11 @@ config and the best):
                   stage, one mbarrier per slot; docs/kernels/gemm.md v2)
   tma-unpipelined matmul_tma.py's matmul_tma_kernel at 128x128x64 / 8 warps: one TMA box per operand per K step,
                   waited for at once (no ring): the TMA datapath without overlap
-TMA + warp specialization is not built yet (docs/kernels/gemm.md v2): when it is, it is one more entry of VARIANTS.
+  tma-ws          matmul.py's matmul_tma_ws (matmul_tma_ws_kernel = matmul_tma_ring_kernel compiled with
+                  @mt.kernel(warp_specialize=True)), the same four configs: a producer warpgroup issues the TMA
+                  boxes, the num_warps consumer warps run the wgmmas (setmaxnreg 40 / 232, full + empty mbarriers
+                  per slot, no block barrier in the loop; docs/kernels/gemm.md v3); num_warps + 4 warps per block.
+                  Last: it has never run on a GPU before this tool.
 
 Every result is checked against torch on the same inputs before it is timed (relative Frobenius error of the bf16
 output against the float64 product <= 1e-2); a failing or crashing config is reported, not timed. Times are
@@ -72,17 +76,22 @@ def _ring_configs() -> dict[str, Launch]:
     return out
 
 
-def _tma_ring_configs() -> dict[str, Launch]:
+def _tma_ring_configs(warp_specialized: bool = False) -> dict[str, Launch]:
     from minitriton.kernels.examples import matmul as mm
 
+    wrapper = mm.matmul_tma_ws if warp_specialized else mm.matmul_tma_ring
     out: dict[str, Launch] = {}
     for config in mm.MATMUL_CONFIGS:
         meta = dict(config.kwargs)
         if meta["BLOCK_M"] < 128:
             continue
         name = f"{meta['BLOCK_M']}x{meta['BLOCK_N']}x{meta['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
-        out[name] = lambda a, b, config=config: mm.matmul_tma_ring(a, b, config)
+        out[name] = lambda a, b, config=config: wrapper(a, b, config)
     return out
+
+
+def _tma_ws_configs() -> dict[str, Launch]:
+    return _tma_ring_configs(warp_specialized=True)
 
 
 def _tma_unpipelined_configs() -> dict[str, Launch]:
@@ -111,6 +120,8 @@ VARIANTS = [
     Variant("tma-unpipelined", "matmul_tma.py, one TMA box per operand per K step, no ring", _tma_unpipelined_configs),
     Variant("tma-ring", "matmul.py matmul_tma_ring: the same ring filled by TMA, one mbarrier per slot",
             _tma_ring_configs),
+    Variant("tma-ws", "matmul.py matmul_tma_ws: the TMA ring warp-specialized (producer warpgroup + consumers)",
+            _tma_ws_configs),
 ]
 
 

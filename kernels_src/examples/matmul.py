@@ -113,16 +113,30 @@ def tma_ring_descriptors(a: torch.Tensor, b: torch.Tensor, block_k: int) -> tupl
             mt.TensorDescriptor.from_tensor(b, [block_k, TMA_RING_B_COLUMNS]))
 
 
-def matmul_tma_ring(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None) -> torch.Tensor:
-    """a @ b (bf16, fp32 accumulation) with matmul_tma_ring_kernel at `config` (default the first of
-    MATMUL_CONFIGS). a and b need unit inner strides and 16-byte aligned rows (TMA)."""
+# The same kernel warp-specialized (passes/warp_specialize.py, docs/kernels/gemm.md v3): a producer warpgroup issues
+# the TMA copies (setmaxnreg 40), the num_warps consumer warps run the wgmmas and the epilogue (setmaxnreg 232);
+# full / empty mbarriers per slot instead of the loop's block barrier. Launched with num_warps + 4 warps. Off the
+# default path: verified on the CPU (ptxas, the multi-PC PTX simulator tests/ptx_sim_ws.py), not yet on a GPU.
+matmul_tma_ws_kernel = mt.kernel(warp_specialize=True)(matmul_tma_ring_kernel.fn)
+
+
+def matmul_tma_ws(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None) -> torch.Tensor:
+    """matmul_tma_ring with the warp-specialized kernel (matmul_tma_ws_kernel)."""
+    return matmul_tma_ring(a, b, config, kernel=matmul_tma_ws_kernel)
+
+
+def matmul_tma_ring(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None,
+                    kernel: mt.Kernel | None = None) -> torch.Tensor:
+    """a @ b (bf16, fp32 accumulation) with matmul_tma_ring_kernel (or `kernel`, the same function compiled with
+    other options) at `config` (default the first of MATMUL_CONFIGS). a and b need unit inner strides and 16-byte
+    aligned rows (TMA)."""
     M, N, K = problem_size(a, b)
     config = config or MATMUL_CONFIGS[0]
     meta = dict(config.kwargs)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     options = {k: v for k, v in (("num_warps", config.num_warps), ("num_stages", config.num_stages)) if v}
     a_tma, b_tma = tma_ring_descriptors(a, b, meta["BLOCK_K"])
-    matmul_tma_ring_kernel[_matmul_grid({"M": M, "N": N, **meta})](
+    (kernel or matmul_tma_ring_kernel)[_matmul_grid({"M": M, "N": N, **meta})](
         a, b, c, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         a_tma, b_tma, **meta, **options)
     return c
@@ -138,6 +152,8 @@ _TMA_RING_SIG = (_SIG.replace("M:i32,N:i32,K:i32", "M:i32:16,N:i32:16,K:i32:16")
                  + ",a_tma:tensordesc<bf16[8,64]>,b_tma:tensordesc<bf16[64,64]>")
 matmul_tma_ring_kernel.specialize(signature=_TMA_RING_SIG, num_warps=8, num_stages=4, BLOCK_M=128, BLOCK_N=128,
                                   BLOCK_K=64, GROUP_M=8)
+matmul_tma_ws_kernel.specialize(signature=_TMA_RING_SIG, num_warps=8, num_stages=4, BLOCK_M=128, BLOCK_N=128,
+                                BLOCK_K=64, GROUP_M=8)
 
 
 def problem_size(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:

@@ -341,7 +341,9 @@ def _async_commit(o: Operation) -> None:
 @op("mt.async_wait", "Waits until at most `pending` committed groups of async copies are incomplete "
     "(cp.async.wait_group pending), then makes their data visible to the whole block. With operands (ring, slot, "
     "phase) instead (TMA rings): waits until the TMA copies into the slot of the fill whose phase parity is `phase` "
-    "(fill j of a slot has parity j % 2) landed; with attr `barrier`, then a block barrier.", pure=False)
+    "(fill j of a slot has parity j % 2) landed; with attr `barrier`, then a block barrier; with attr `empty` "
+    "(warp-specialized rings, passes/warp_specialize.py), waits instead until the consumers released the slot "
+    "(the ring's empty barriers, see mt.ring_release) for the phase of that parity.", pure=False)
 def _async_wait(o: Operation) -> None:
     if o.operands:  # the TMA form: (ring, slot, phase): the slot's mbarrier completed the phase of that parity
         counts(o, 3, 0)
@@ -392,6 +394,44 @@ def _ring_slot(o: Operation) -> None:
     "wgmma.commit_group / wgmma.wait_group) are still running; their results are readable after it.", pure=False)
 def _dot_wait(o: Operation) -> None:
     _pending_count(o)
+
+
+# ---------------------------------------------------------------------- warp specialization
+
+
+@op("mt.warp_role", "i1: true on the threads of the producer warpgroup a warp-specialized kernel adds (warps "
+    "consumer_warps .. consumer_warps + 3), false on the consumer warps 0 .. consumer_warps - 1 "
+    "(passes/warp_specialize.py). Not interpretable: the interpreter runs a program as one thread of control.",
+    pure=False)
+def _warp_role(o: Operation) -> None:
+    counts(o, 0, 1)
+    warps = attr(o, "consumer_warps", int)
+    if warps < 4 or warps % 4:  # type: ignore[operator]
+        fail(o, f"consumer_warps must be a positive multiple of 4 (whole warpgroups), got {warps}")
+    if o.result.type != i1:
+        fail(o, "result must be i1")
+
+
+@op("mt.set_max_registers", "setmaxnreg: the executing warpgroup's per-thread register count becomes `count` "
+    "(a multiple of 8 in 24 .. 256); attr `increase` (bool) says whether it grows or shrinks.", pure=False)
+def _set_max_registers(o: Operation) -> None:
+    counts(o, 0, 0)
+    count = attr(o, "count", int)
+    attr(o, "increase", bool)
+    if count % 8 or not 24 <= count <= 256:  # type: ignore[operator]
+        fail(o, f"count must be a multiple of 8 in 24..256, got {count}")
+
+
+@op("mt.ring_release", "Consumers release slot `slot` of a TMA ring (operands (ring, slot, valid)): one arrival "
+    "per consumer warpgroup on the slot's empty barrier (the ring has attr `empty_arrivals`), made after the "
+    "warpgroup's dots reading the slot retired; the producer's mt.async_wait {empty} waits for it. Nothing when "
+    "`valid` is false.", pure=False)
+def _ring_release(o: Operation) -> None:
+    counts(o, 3, 0)
+    _ring_of(o)
+    _slot_operand(o, 1)
+    if o.operands[2].type != i1:
+        fail(o, f"valid must be i1, got {o.operands[2].type}")
 
 
 # -------------------------------------------------------------------------------------------- memory

@@ -110,7 +110,7 @@ class AotSpec:
             divisibility={n: s.divisibility for n, s in self.args.items()},
             equal_to_one={n for n, s in self.args.items() if s.equal_to_one},
             num_warps=self.num_warps, num_stages=self.num_stages, target=target, keep_ir=keep_ir,
-            min_blocks_per_sm=self.kernel.min_blocks_per_sm)
+            min_blocks_per_sm=self.kernel.min_blocks_per_sm, **self.kernel.specializing_options())
 
     def describe(self) -> str:
         """A file-name-safe summary: pointer dtypes then constexpr values (`bf16_BLOCK1024`)."""
@@ -128,7 +128,8 @@ class AotSpec:
 class Kernel:
     """A `@mt.kernel` function. Launch with `kernel[grid](*args, **kwargs)`; see the module docstring."""
 
-    def __init__(self, fn: Callable, *, num_warps: int = 4, num_stages: int = 3, min_blocks_per_sm: int | None = None):
+    def __init__(self, fn: Callable, *, num_warps: int = 4, num_stages: int = 3, min_blocks_per_sm: int | None = None,
+                 warp_specialize: bool = False):
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"@mt.kernel decorates a Python function, got {type(fn).__name__}")
         self.fn = fn
@@ -139,6 +140,7 @@ class Kernel:
         if min_blocks_per_sm is not None and (not isinstance(min_blocks_per_sm, int) or min_blocks_per_sm < 1):
             raise ValueError(f"@mt.kernel(min_blocks_per_sm=...) takes a positive int, got {min_blocks_per_sm!r}")
         self.min_blocks_per_sm = min_blocks_per_sm  # every variant's .minnctapersm (CUDA's __launch_bounds__)
+        self.warp_specialize = bool(warp_specialize)  # TMA rings get a producer warpgroup (passes/warp_specialize.py)
         self.specializations: list[AotSpec] = []
         self._init_params()
         self._variants: dict[tuple, Any] = {}  # specialization key (Triton's spelling) -> Launcher
@@ -516,7 +518,7 @@ class Kernel:
                     divisibility={n: s.divisibility for n, s in specs.items()},
                     equal_to_one={n for n, s in specs.items() if s.equal_to_one},
                     num_warps=num_warps, num_stages=num_stages, target="cubin",
-                    min_blocks_per_sm=self.min_blocks_per_sm)
+                    min_blocks_per_sm=self.min_blocks_per_sm, **self.specializing_options())
                 disk.store(cache_key, compiled)
             launcher = Launcher(compiled, self.runtime_params)
             self._variants[key] = launcher
@@ -539,9 +541,15 @@ class Kernel:
         parts = [compiler_version(), compiler.ARCH, self.fingerprint(), f"num_warps={num_warps}", f"num_stages={num_stages}"]
         if self.min_blocks_per_sm:
             parts.append(f"min_blocks_per_sm={self.min_blocks_per_sm}")
+        if self.warp_specialize:
+            parts.append("warp_specialize")
         parts += [f"{n}:{s.code}" for n, s in specs.items()]
         parts += [f"{n}={type(v).__module__}.{type(v).__qualname__}:{v!r}" for n, v in constexprs.items()]
         return digest(parts)
+
+    def specializing_options(self) -> dict[str, Any]:
+        """compile_kernel options beyond the launch options, passed only when set (the compiler's defaults stay)."""
+        return {"warp_specialize": True} if self.warp_specialize else {}
 
     def fingerprint(self) -> str:
         """sha256 of the kernel's source, the helpers it calls and the module-level constants it reads."""
@@ -623,12 +631,17 @@ class Kernel:
 
 
 def kernel(fn: Callable | None = None, *, num_warps: int = 4, num_stages: int = 3,
-           min_blocks_per_sm: int | None = None) -> Any:
+           min_blocks_per_sm: int | None = None, warp_specialize: bool = False) -> Any:
     """`@mt.kernel` or `@mt.kernel(num_warps=8, num_stages=4, min_blocks_per_sm=2)`: make a launchable Kernel of a
-    Python function. min_blocks_per_sm asks ptxas to fit that many programs on an SM (it caps registers)."""
+    Python function. min_blocks_per_sm asks ptxas to fit that many programs on an SM (it caps registers).
+    warp_specialize=True (off by default, not yet run on a GPU): a TMA-fed wgmma ring loop gets a producer
+    warpgroup issuing the TMA copies next to the num_warps consumer warps (passes/warp_specialize.py); the
+    launch then has num_warps + 4 warps."""
+    options = dict(num_warps=num_warps, num_stages=num_stages, min_blocks_per_sm=min_blocks_per_sm,
+                   warp_specialize=warp_specialize)
     if fn is None:
-        return lambda f: Kernel(f, num_warps=num_warps, num_stages=num_stages, min_blocks_per_sm=min_blocks_per_sm)
-    return Kernel(fn, num_warps=num_warps, num_stages=num_stages, min_blocks_per_sm=min_blocks_per_sm)
+        return lambda f: Kernel(f, **options)  # type: ignore[arg-type]
+    return Kernel(fn, **options)  # type: ignore[arg-type]
 
 
 def _device_name(tensor: Any) -> str:
