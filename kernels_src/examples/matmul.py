@@ -28,11 +28,11 @@ def store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS
     mt.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-@mt.kernel
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: mt.constexpr, BLOCK_N: mt.constexpr, BLOCK_K: mt.constexpr,
-                  HAS_BIAS: mt.constexpr = False, ACTIVATION: mt.constexpr = "none", GROUP_M: mt.constexpr = 0):
+@mt.func
+def matmul_tile(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, HAS_BIAS, ACTIVATION, GROUP_M):
+    """C tile of this program = act(A @ B + bias): the whole GEMM program, shared by the GEMM kernels (which differ
+    only in how the compiler feeds the main loop)."""
     if GROUP_M > 0:
         # A 1-D grid in grouped order: GROUP_M rows of C tiles are swept column by column, so consecutive programs
         # share the A rows and B columns they read (L2 reuse) instead of streaming all of B per row of tiles.
@@ -63,6 +63,15 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
 
 
 @mt.kernel
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: mt.constexpr, BLOCK_N: mt.constexpr, BLOCK_K: mt.constexpr,
+                  HAS_BIAS: mt.constexpr = False, ACTIVATION: mt.constexpr = "none", GROUP_M: mt.constexpr = 0):
+    matmul_tile(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, HAS_BIAS, ACTIVATION, GROUP_M)
+
+
+@mt.kernel
 def matmul_tma_ring_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
                            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, a_tma, b_tma,
                            BLOCK_M: mt.constexpr, BLOCK_N: mt.constexpr, BLOCK_K: mt.constexpr,
@@ -75,31 +84,8 @@ def matmul_tma_ring_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     The code below never reads them: the loads define what the kernel computes (the interpreter and the mma.sync
     path run them); on Hopper the pipeline pass replaces their ring copies with TMA copies from the descriptor
     named like the pointer (a_ptr -> a_tma), one mbarrier per slot."""
-    if GROUP_M > 0:
-        pid = mt.program_id(0)
-        num_pid_m = mt.cdiv(M, BLOCK_M)
-        num_pid_n = mt.cdiv(N, BLOCK_N)
-        in_group = GROUP_M * num_pid_n
-        first_m = (pid // in_group) * GROUP_M
-        group_rows = min(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + (pid % in_group) % group_rows
-        pid_n = (pid % in_group) // group_rows
-    else:
-        pid_m = mt.program_id(0)
-        pid_n = mt.program_id(1)
-    rm = pid_m * BLOCK_M + mt.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + mt.arange(0, BLOCK_N)
-    rk = mt.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
-    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
-    acc = mt.zeros((BLOCK_M, BLOCK_N), mt.float32)
-    for k in range(0, K, BLOCK_K):
-        a = mt.load(a_ptrs, mask=(rm[:, None] < M) & (k + rk[None, :] < K), other=0.0)
-        b = mt.load(b_ptrs, mask=(k + rk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc = mt.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION)
+    matmul_tile(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, HAS_BIAS, ACTIVATION, GROUP_M)
 
 
 TMA_RING_B_COLUMNS = 64  # columns of a B box: one 128-byte column atom of the MN-major slot
