@@ -18,7 +18,6 @@
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from typing import Any
@@ -36,6 +35,7 @@ from minitriton.ir import Module
 from minitriton.ir.types import PointerType, bf16, f32, i32
 from minitriton.kernels.examples import matmul
 from minitriton.passes import run_passes
+from gemm_checks import check_interpreted, check_on_gpu
 from ptx_helpers import clone_args
 from ptx_sim import SimError, run_ptx
 from test_ptx import assemble, nan_like
@@ -670,28 +670,7 @@ def test_tma_ring_matmul_interprets(monkeypatch: pytest.MonkeyPatch, gen: torch.
     """matmul_tma_ring under MINITRITON_INTERPRET=1 at a GEMM config (the interpreter runs the tile IR: the loads
     define the result, the descriptors ride along)."""
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
-    a = torch.randn(130, 96, generator=gen).bfloat16()
-    b = torch.randn(96, 136, generator=gen).bfloat16()
-    c = matmul.matmul_tma_ring(a, b, matmul.MATMUL_CONFIGS[2])
-    ref = a.double() @ b.double()
-    assert (c.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
-
-
-_GPU_TMA_RING_CHECK = """
-import sys, torch
-from minitriton.kernels.examples import matmul
-config = matmul.MATMUL_CONFIGS[int(sys.argv[1])]
-for m, n, k in [(1000, 600, 520), (130, 264, 136), (64, 512, 1024), (256, 256, 64)]:
-    g = torch.Generator(device="cuda").manual_seed(m + n + k)
-    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
-    ref = a.double() @ b.double()
-    c = matmul.matmul_tma_ring(a, b, config)
-    torch.cuda.synchronize()
-    rel = ((c.double() - ref).norm() / ref.norm()).item()
-    assert rel <= 1e-2, f"{config} {m}x{n}x{k}: relative error {rel}"
-print("ok")
-"""
+    check_interpreted("matmul_tma_ring", 2, gen)
 
 
 @pytest.mark.gpu
@@ -699,13 +678,8 @@ print("ok")
 @pytest.mark.parametrize("config_index", [0, 1, 2, 3])
 def test_gpu_tma_ring_matmul_matches_torch(config_index: int) -> None:
     """matmul_tma_ring at each 128-row MATMUL_CONFIG on ragged and tiny shapes against torch (relative error
-    <= 1e-2), each config in a process of its own (a TMA fault loses the process's CUDA context: docs/tma.md)."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", _GPU_TMA_RING_CHECK, str(config_index)], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "MINITRITON_INTERPRET": "0"})
-    assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
+    <= 1e-2), each config in a process of its own."""
+    check_on_gpu("matmul_tma_ring", config_index)
 
 
 def test_gemm_ab_lists_its_variants_and_formats_a_table(capsys: pytest.CaptureFixture,

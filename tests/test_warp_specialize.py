@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 import torch
 
+from gemm_checks import check_interpreted, check_on_gpu
 from minitriton.codegen import emit_ptx
 from minitriton.codegen.ptxas import run_ptxas
 from minitriton.compiler import PIPELINE
@@ -231,28 +232,7 @@ def test_simulator_checks_the_launch_and_setmaxnreg(gen: torch.Generator) -> Non
 def test_warp_specialized_matmul_interprets(monkeypatch: pytest.MonkeyPatch, gen: torch.Generator) -> None:
     """Under MINITRITON_INTERPRET=1 the option changes nothing (the interpreter runs the tile IR, before passes)."""
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
-    a = torch.randn(130, 96, generator=gen).bfloat16()
-    b = torch.randn(96, 136, generator=gen).bfloat16()
-    c = matmul.matmul_tma_ws(a, b, matmul.MATMUL_CONFIGS[3])
-    ref = a.double() @ b.double()
-    assert (c.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
-
-
-_GPU_CHECK = """
-import sys, torch
-from minitriton.kernels.examples import matmul
-config = matmul.MATMUL_CONFIGS[int(sys.argv[1])]
-for m, n, k in [(1000, 600, 520), (130, 264, 136), (64, 512, 1024), (256, 256, 64)]:
-    g = torch.Generator(device="cuda").manual_seed(m + n + k)
-    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
-    ref = a.double() @ b.double()
-    c = matmul.matmul_tma_ws(a, b, config)
-    torch.cuda.synchronize()
-    rel = ((c.double() - ref).norm() / ref.norm()).item()
-    assert rel <= 1e-2, f"{config} {m}x{n}x{k}: relative error {rel}"
-print("ok")
-"""
+    check_interpreted("matmul_tma_ws", 3, gen)
 
 
 @pytest.mark.gpu
@@ -261,10 +241,4 @@ print("ok")
 def test_gpu_warp_specialized_matmul_matches_torch(config_index: int) -> None:
     """matmul_tma_ws at each 128-row MATMUL_CONFIG on ragged and tiny shapes against torch (relative error <= 1e-2),
     each config in a process of its own (a fault or a hang loses the process's CUDA context)."""
-    import os
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", _GPU_CHECK, str(config_index)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "MINITRITON_INTERPRET": "0"})
-    assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
+    check_on_gpu("matmul_tma_ws", config_index)
