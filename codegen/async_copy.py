@@ -291,20 +291,30 @@ def _alloc_slot_barriers(ctx: KernelContext, op: Operation) -> None:
     ctx.barrier()
 
 
-def _slot_barriers(ctx: KernelContext) -> dict[str, str]:
-    """ring register -> the register holding its slot barriers' address."""
-    if not hasattr(ctx, "ring_barriers"):
-        ctx.ring_barriers = {}  # type: ignore[attr-defined]
-    return ctx.ring_barriers  # type: ignore[attr-defined]
+def _barrier_table(ctx: KernelContext, kind: str) -> dict[str, str]:
+    """ring register -> the register holding the address of its `kind` ("full" or "empty") slot barriers."""
+    tables = ctx.__dict__.setdefault("ring_barrier_tables", {})
+    return tables.setdefault(kind, {})
 
 
-def _slot_barrier(ctx: KernelContext, ring: Value, slot: Value) -> str:
-    bars = _slot_barriers(ctx).get(ctx.get(ring)[0])
+def _barrier_of(ctx: KernelContext, kind: str, ring: Value, slot: Value) -> str:
+    """The address of the ring slot's `kind` mbarrier."""
+    bars = _barrier_table(ctx, kind).get(ctx.get(ring)[0])
     if bars is None:
-        raise ctx.error("a TMA ring copy or wait on a ring without slot barriers (attr tma_barriers)")
+        what = ("a TMA ring copy or wait on a ring without slot barriers (attr tma_barriers)" if kind == "full" else
+                "an empty-slot wait or release on a ring without empty barriers (attr empty_arrivals)")
+        raise ctx.error(what)
     bar = ctx.new("b32")
     ctx.emit(f"mad.lo.u32 {bar}, {ctx.get1(slot)}, {MBARRIER_BYTES}, {bars};")
     return bar
+
+
+def _slot_barriers(ctx: KernelContext) -> dict[str, str]:
+    return _barrier_table(ctx, "full")
+
+
+def _slot_barrier(ctx: KernelContext, ring: Value, slot: Value) -> str:
+    return _barrier_of(ctx, "full", ring, slot)
 
 
 def _tma_ring_copy(ctx: KernelContext, op: Operation) -> None:
@@ -368,18 +378,11 @@ def _alloc_empty_barriers(ctx: KernelContext, op: Operation, stages: int, leader
 
 
 def _empty_barriers(ctx: KernelContext) -> dict[str, str]:
-    if not hasattr(ctx, "ring_empty_barriers"):
-        ctx.ring_empty_barriers = {}  # type: ignore[attr-defined]
-    return ctx.ring_empty_barriers  # type: ignore[attr-defined]
+    return _barrier_table(ctx, "empty")
 
 
 def _empty_barrier(ctx: KernelContext, ring: Value, slot: Value) -> str:
-    bars = _empty_barriers(ctx).get(ctx.get(ring)[0])
-    if bars is None:
-        raise ctx.error("an empty-slot wait or release on a ring without empty barriers (attr empty_arrivals)")
-    bar = ctx.new("b32")
-    ctx.emit(f"mad.lo.u32 {bar}, {ctx.get1(slot)}, {MBARRIER_BYTES}, {bars};")
-    return bar
+    return _barrier_of(ctx, "empty", ring, slot)
 
 
 WARPGROUP_THREADS = 128
