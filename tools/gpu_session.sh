@@ -25,7 +25,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 
-declare -A LIMIT=([tests]=300 [kda]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420)
+declare -A LIMIT=([tests]=480 [kda]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420)
 summary=()
 status=0
 step() {  # name, command...
@@ -44,7 +44,8 @@ tool() {  # name, script, args...
     if [ -f "$script" ]; then step "$name" python3 "$script" "$@"; else summary+=("$(printf "%-9s skipped: %s is missing" "$name" "$script")"); fi
 }
 gpu_tests() {
-    local files=${GPU_TESTS:-"tests/test_kda_decode.py tests/test_warp_decode.py tests/test_examples_gpu.py tests/test_barrier.py tests/test_early_return.py tests/test_ptx.py"}
+    # the warp-specialized GEMM last: a protocol bug there hangs (each config runs in a process of its own)
+    local files=${GPU_TESTS:-"tests/test_kda_decode.py tests/test_warp_decode.py tests/test_examples_gpu.py tests/test_barrier.py tests/test_early_return.py tests/test_ptx.py tests/test_pipeline.py tests/test_warp_specialize.py"}
     local rc=0
     for f in $files; do
         python3 -m pytest -m gpu -q -p no:cacheprovider "$f" 2>&1 | tail -n 3 | sed "s|^|$(basename "$f" .py): |"
