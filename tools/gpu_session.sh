@@ -11,6 +11,7 @@
 #   gemm       tools/gemm_ab.py           GEMM variants (cp.async ring, TMA ring, warp specialized) vs cuBLAS (issue 4)
 #   flash      tools/flash_kda_variants.py  FlashKDA phase-1 variants per kernel vs fla (issue 5)
 #   sanitize   tools/sanitize.sh          compute-sanitizer memcheck / racecheck on every kernel family
+#   ncu        tools/ncu_profile.sh       Nsight Compute: speed of light, occupancy, stall reasons per K3 / GEMM kernel
 # LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200.
 # A missing tool is reported and skipped. Exits non-zero when any step failed.
 set -uo pipefail
@@ -26,7 +27,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 
-declare -A LIMIT=([tests]=480 [kda]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420)
+declare -A LIMIT=([tests]=480 [kda]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300)
 for name in "${!LIMIT[@]}"; do  # LIMIT_<step>=seconds overrides a time box (to fit steps into one device call)
     override="LIMIT_$name"
     [ -n "${!override:-}" ] && LIMIT[$name]=${!override}
@@ -71,6 +72,7 @@ for s in $steps; do
         gemm) tool gemm tools/gemm_ab.py ;;
         flash) tool flash tools/flash_kda_variants.py 1x32768x16 1x8192x12 ;;
         sanitize) step sanitize bash tools/sanitize.sh ;;
+        ncu) step ncu bash tools/ncu_profile.sh ;;
         *) echo "unknown step $s"; status=1 ;;
     esac
 done
