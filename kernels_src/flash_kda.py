@@ -46,13 +46,10 @@ MAX_SPLITS = 32  # fla's cap on the merge-chain depth (precision of the fp32 com
 STATE_BLOCK = 64  # state columns per phase-2 program ([K, 64] f32 state tile)
 INTRA_WARPS = 8
 # Phase 1: "sliced" (score rows per 16-row sub-chunk, joined with mt.cat; every dot on mma.sync), "chunk64"
-# (whole-chunk score dots) or "sub16" (16-row sub-chunk tiles). Measured on the H200 (2026-11-29,
-# tools/flash_kda_variants.py): sub16 5.29 ms, chunk64 7.63 ms at B1 T32768 H16 (chunk64 spilled 1.7 KB and did 4x
-# the score work). "sliced" is predicted at ~2.1 ms there (docs/kernels/flash_kda.md, version 3: 6.8K SASS
-# instructions, 24 B of spills, against sub16's 18K and 240 B), not yet measured: the default stays the measured
-# sub16 until a GPU run of tools/flash_kda_variants.py (tools/gpu_session.sh flash) confirms it (no device time was
-# left in the session that built it).
-INTRA_VARIANT = "sub16"
+# (whole-chunk score dots) or "sub16" (16-row sub-chunk tiles). Measured on the H200 (2026-11-29 22:19 UTC,
+# tools/flash_kda_variants.py, phase-1 kernel alone): sliced 2.56 ms, sub16 4.97 ms, chunk64 5.64 ms at B1 T32768
+# H16; sliced 0.49 ms, sub16 0.97 ms at B1 T8192 H12 (docs/kernels/flash_kda.md).
+INTRA_VARIANT = "sliced"
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recurrence_warps)

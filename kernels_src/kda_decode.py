@@ -860,10 +860,10 @@ VARIANTS: dict[str, Variant] = {
     "loop_nocap": Variant("kda_decode_step_kernel_uncapped", 8, 8, 1, 1,
                           "kda_decode_step_kernel_uncapped", 8),  # the general kernel without the register cap
 }
-# The default stays the measured 18:55 kernel ("loop": 186.4 / 444.8 us at B256 H12 k=0 / k=7) until a GPU run of
-# tools/kda_decode_ab.py (tools/gpu_session.sh kda) times the streamed ones ("stream" predicted 110-130 us at k=0,
-# "stream_scratch_vc64" 220-295 us at k=7; docs/kernels/kda_decode.md); the session that built them had no device time.
-DEFAULT_VARIANT = "loop"
+# The default is the fastest measured (tools/kda_decode_ab.py, H200, 2026-11-29 22:17 UTC; docs/kernels/kda_decode.md):
+# k=0 streamed with 32-lane rows and two V chunks in flight, 112.5 us at B256 H12 (loop 187.6, fla T1 130.7);
+# k >= 1 the loop kernel (443.2 us at k=7 a=7; the L2-scratch kernels measured slower: 654.7 / 789.2).
+DEFAULT_VARIANT = "stream_l32_pf2"
 
 
 # ------------------------------------------------------------------------------------------------ host side

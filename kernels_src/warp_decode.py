@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -90,9 +91,9 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v5_p2": (_V5_P2, _V5_P2),
     "v5_mixed": (_V5_P2, _V4),
 }
-# The default stays the measured v3 (243.8 us at B = 1, 2026-11-29) until a GPU run of tools/warp_decode_ab.py
-# (tools/gpu_session.sh warp) times the others; v5_mixed is the predicted best (SASS model, bytes in flight).
-DEFAULT_DOT_VARIANT = "v3"
+# The default is the fastest measured at B = 1, 4 and 64 (tools/warp_decode_ab.py, H200, 2026-11-29 22:17 UTC):
+# v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
+DEFAULT_DOT_VARIANT = "v5_p2"
 # Folding the 2**126 bias into the scale needs 2**(s - 1) in bf16 range: s <= 128 (block scales up to 2, weights up to
 # 12 in magnitude; real checkpoints sit far below). Experts with a larger finite scale keep the two multiplies.
 FOLD_MAX_SCALE = 128
@@ -828,8 +829,7 @@ def make_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, group: int,
     n = batch * topk
     if n > MAX_PAIRS:
         raise ValueError(f"{batch} x {topk} = {n} routed pairs; the decode routing handles up to {MAX_PAIRS}")
-    ids = topk_ids.reshape(-1).to(torch.int32).contiguous()
-    weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    ids, weights = _flat_pairs(topk_ids, topk_weights)
     if not dedup:
         return Routing(ids, weights, ids, ids, ids, batch, topk, 1, False)
     grouped, pairs = torch.sort(ids, stable=True)
@@ -838,6 +838,28 @@ def make_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, group: int,
     route_items_kernel[(1,)](grouped, first, n_items, n, GROUP=group, BLOCK=max(16, 1 << (n - 1).bit_length()),
                              num_warps=4)
     return Routing(ids, weights, pairs, first, n_items, batch, topk, group, True)
+
+
+def _flat_pairs(topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pairs' expert ids (int32) and weights (fp32), flattened to [B * topk]."""
+    return (topk_ids.reshape(-1).to(torch.int32).contiguous(),
+            topk_weights.reshape(-1).to(torch.float32).contiguous())
+
+
+_SINGLE_TOKEN_ITEMS: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def _single_token_items(topk: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(pairs, first, n_items) of a one-token routing: item i is pair i. A token's top-k experts are distinct, so
+    sorting would group nothing; at B = 1 the sort and route_items_kernel were 3 launches (about 11 us with ncu,
+    2026-11-29) of a 66 us floor. (Repeated ids in one token, which top-k routing never makes, stay correct, only
+    unshared.)"""
+    key = (topk, device)
+    if key not in _SINGLE_TOKEN_ITEMS:
+        _SINGLE_TOKEN_ITEMS[key] = (torch.arange(topk, dtype=torch.int64, device=device),
+                                    torch.arange(topk + 1, dtype=torch.int32, device=device),
+                                    torch.tensor([topk], dtype=torch.int32, device=device))
+    return _SINGLE_TOKEN_ITEMS[key]
 
 
 # ------------------------------------------------------------------------------------------ configuration
@@ -887,20 +909,39 @@ def pick_config(row_blocks: int, items_hint: int, use_dot: bool, variant: str | 
     return KernelConfig(False, rows=8, teams=teams, blocks=32 // teams, num_warps=8)
 
 
-TARGET_WARPS = 2048  # warps a launch should offer: 132 SMs x 16, two rounds of the 8 resident 255-register warps
+SPLIT_SLACK = 1.05  # pick_splits takes the fewest splits within 5% of the least modelled time
 
 
-def pick_splits(config: KernelConfig, programs: int, items_hint: int, on_gpu: bool = True) -> int:
-    """The item split: enough programs for TARGET_WARPS warps (a latency-bound stream needs many warps in flight;
-    the mt.dot path has one warp per 16 rows, so a K3 kernel would otherwise run 224-384 warps on 132 SMs), but no
-    more splits than there can be groups of items (items_hint is an upper bound on the items, e.g. the pairs).
-    Off the GPU (the interpreter runs programs one after another) the default is 1."""
+def pick_splits(config: KernelConfig, programs: int, items_hint: int, resident: int | None) -> int:
+    """The item split S (grid axis 1) that the wave model says finishes first. A program's time is its item groups,
+    ceil(groups / S); the grid runs in ceil(programs * S / resident) waves (resident: the programs the GPU runs at
+    once, `Kernel.resident_programs`), so the launch takes their product. A grid of 1.09 waves costs about as much
+    as 2: the K3 gate_up at (384, 6) on 2112 resident one-warp programs measured 1.55 TB/s (ncu, 2026-11-29). Of the
+    splits within SPLIT_SLACK of the least time, the fewest (fewer fp32 partials for the down kernel to write and
+    sum). items_hint bounds the items (e.g. the pairs); resident None (off the GPU: the interpreter runs programs
+    one after another) gives 1."""
     if config.splits is not None:
         return config.splits
-    if not on_gpu:
+    if resident is None:
         return 1
-    want = -(-TARGET_WARPS // (programs * config.num_warps))
-    return max(1, min(want, -(-items_hint // config.teams)))
+    groups = max(1, -(-items_hint // config.teams))
+    cost = {s: -(-groups // s) * -(-(programs * s) // resident) for s in range(1, groups + 1)}
+    best = min(cost.values())
+    return min(s for s, c in cost.items() if c <= best * SPLIT_SLACK)
+
+
+_RESIDENT: dict[tuple, int] = {}  # (kernel, launch shape) -> Kernel.resident_programs (one driver query per shape)
+
+
+def _splits(kernel: mt.Kernel, config: KernelConfig, programs: int, routing: Routing, device: torch.device,
+            make_args: Callable[[], tuple], meta: dict) -> int:
+    """pick_splits for a launch of `kernel` with make_args() and meta (the driver is asked once per shape)."""
+    if config.splits is not None or device.type != "cuda":
+        return pick_splits(config, programs, routing.n_pairs, None)
+    key = (kernel.__name__, programs, routing.batch, routing.topk, device, tuple(sorted(meta.items())))
+    if key not in _RESIDENT:
+        _RESIDENT[key] = kernel.resident_programs(*make_args(), **meta)
+    return pick_splits(config, programs, routing.n_pairs, _RESIDENT[key])
 
 
 def _check_config(config: KernelConfig) -> None:
@@ -973,14 +1014,14 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     else:
         h = torch.empty((routing.n_pairs, I), dtype=torch.float32, device=x.device)
     programs = mt.cdiv(I, config.rows // 2)
-    grid = (programs, pick_splits(config, programs, routing.n_pairs, x.is_cuda))
-    gate_up_kernel[grid](x, routing.ids, routing.pairs, routing.first, routing.n_items,
-                         _weight_operand(w13, config), w13.scales, h, routing.n_pairs, routing.topk, D, I, w13.row_blocks,
-                         ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
-                         DEDUP=routing.dedup, USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config),
-                         H_PARTS=parts, PAIRS=config.pairs, PREFETCH=config.prefetch,
-                         WORDS=config.words, FOLD_BIAS=_fold_bias(w13, config), WORD_ORDER=config.word_order,
-                         num_warps=config.num_warps)
+    args = (x, routing.ids, routing.pairs, routing.first, routing.n_items, _weight_operand(w13, config), w13.scales,
+            h, routing.n_pairs, routing.topk, D, I, w13.row_blocks)
+    meta = dict(ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group, DEDUP=routing.dedup,
+                USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config), H_PARTS=parts, PAIRS=config.pairs,
+                PREFETCH=config.prefetch, WORDS=config.words, FOLD_BIAS=_fold_bias(w13, config),
+                WORD_ORDER=config.word_order, num_warps=config.num_warps)
+    splits = _splits(gate_up_kernel, config, programs, routing, x.device, lambda: args, meta)
+    gate_up_kernel[(programs, splits)](*args, **meta)
     return h
 
 
@@ -1004,19 +1045,25 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
     if parts and not config.use_dot:
         raise ValueError("h as bf16 parts is for the mt.dot path (the CUDA-core path takes fp32 h)")
     programs = mt.cdiv(D, config.rows)
-    splits = pick_splits(config, programs, routing.n_pairs, h.is_cuda)
+    meta = dict(ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
+                BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
+                FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, PAIRS=config.pairs, PREFETCH=config.prefetch,
+                WORDS=config.words, FOLD_BIAS=_fold_bias(w2, config), WORD_ORDER=config.word_order,
+                num_warps=config.num_warps)
+
+    def args_with(out: torch.Tensor) -> tuple:
+        return (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
+                _weight_operand(w2, config), w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I,
+                w2.row_blocks)
+
+    # The split is sized on the fp32-partials variant (a single split writes out_dtype: the same kernel otherwise).
+    probe = lambda: args_with(torch.empty((1, routing.batch, D), dtype=torch.float32, device=h.device))
+    splits = _splits(down_kernel, config, programs, routing, h.device, probe, meta)
     if splits == 1:  # each output written once, straight in out_dtype
         out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
     else:  # fp32 partial sums per split, summed below in a fixed order (deterministic, no atomics)
         out = torch.empty((splits, routing.batch, D), dtype=torch.float32, device=h.device)
-    grid = (programs, splits)
-    down_kernel[grid](h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
-                      _weight_operand(w2, config), w2.scales, out, routing.n_pairs, routing.topk, routing.batch, D, I, w2.row_blocks,
-                      ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
-                      BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
-                      FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, PAIRS=config.pairs,
-                      PREFETCH=config.prefetch, WORDS=config.words, FOLD_BIAS=_fold_bias(w2, config),
-                      WORD_ORDER=config.word_order, num_warps=config.num_warps)
+    down_kernel[(programs, splits)](*args_with(out), **meta)
     return out if splits == 1 else out.sum(dim=0).to(out_dtype)
 
 
@@ -1029,6 +1076,10 @@ def plan_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, use_dot: bo
     use_dot = batch >= DOT_MIN_BATCH if use_dot is None else use_dot
     dedup = (batch > 1 or use_dot) if dedup is None else dedup
     group = (8 if use_dot else 2) if dedup else 1
+    if dedup and batch == 1:  # one token: each pair its own item, in slot order (no sort, no kernel)
+        ids, weights = _flat_pairs(topk_ids, topk_weights)
+        return Routing(ids, weights, *_single_token_items(ids.numel(), ids.device), 1, ids.numel(), group,
+                       True), use_dot
     return make_routing(topk_ids, topk_weights, group, dedup), use_dot
 
 

@@ -125,6 +125,10 @@ class FakeDriver:
     def ensure_context(self, device: int) -> None:
         self.calls.append("ensure_context")
 
+    def resident_blocks(self, fn: Any, device: int, threads: int, dynamic_shared: int) -> int:
+        self.calls.append(("resident_blocks", fn, device, threads, dynamic_shared))
+        return 132 * (2048 // threads)
+
 
 def slot_bytes(params_address: int, index: int, size: int) -> bytes:
     """Read parameter `index` the way the driver does: through the void* array."""
@@ -353,6 +357,24 @@ def test_grid_callable_sees_constexprs_and_options(driver: FakeDriver, compiles:
     assert seen["BLOCK"] == 256 and seen["num_warps"] == 2 and seen["num_stages"] == 3 and seen["n"] == 1000
     assert driver.launches[-1]["grid"] == (4, 2, 1)
     assert driver.launches[-1]["block"] == (64, 1, 1)
+
+
+def test_resident_programs_asks_the_driver_and_launches_nothing(driver: FakeDriver, compiles: list) -> None:
+    """resident_programs compiles the variant the arguments select (once, shared with later launches), loads it
+    and passes its block size to the occupancy query; no launch."""
+    x = rand(1000)
+    assert add.resident_programs(x, x, x, 1000, BLOCK=256, num_warps=2) == 132 * 32
+    assert driver.calls[-1][0] == "resident_blocks" and driver.calls[-1][3:] == (64, 0)
+    assert len(compiles) == 1 and driver.launches == []
+    add[(4,)](x, x, x, 1000, BLOCK=256, num_warps=2)
+    assert len(compiles) == 1 and len(driver.launches) == 1
+
+
+def test_resident_programs_needs_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+    x = rand(16)
+    with pytest.raises(RuntimeError, match="resident_programs.*MINITRITON_INTERPRET"):
+        add.resident_programs(x, x, x, 16, BLOCK=16)
 
 
 @pytest.mark.parametrize("grid, message", [

@@ -317,6 +317,14 @@ def test_make_routing_covers_every_pair_once(interpret: None, group: int, batch:
     assert n == sum(-(-int((experts == e).sum()) // group) for e in experts.unique())  # the fewest items
 
 
+def test_plan_routing_single_token_needs_no_sort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """B = 1 on the mt.dot path: item i is pair i from constant tables (no torch.sort, no routing kernel)."""
+    monkeypatch.setattr(torch, "sort", lambda *a, **k: pytest.fail("B = 1 routing sorted"))
+    r, use_dot = wd.plan_routing(torch.tensor([[7, 2, 5]]), torch.rand(1, 3), use_dot=True)
+    assert use_dot and r.dedup and r.group == 8 and r.n_pairs == 3
+    assert r.pairs.tolist() == [0, 1, 2] and r.first.tolist() == [0, 1, 2, 3] and r.n_items.tolist() == [3]
+
+
 def test_make_routing_without_dedup_is_the_pairs() -> None:
     r = wd.make_routing(torch.tensor([[3, 1, 2]]), torch.rand(1, 3), 1, dedup=False)
     assert r.ids.tolist() == [3, 1, 2] and r.n_pairs == 3 and not r.dedup
@@ -539,22 +547,26 @@ def test_item_splits(interpret: None, use_dot: bool, splits: int) -> None:
     routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=use_dot)
     base = wd.pick_config(2, routing.n_pairs, use_dot)
     cfg = dataclasses.replace(base, splits=splits)
-    assert wd.pick_splits(cfg, 1, 100) == splits
+    assert wd.pick_splits(cfg, 1, 100, None) == splits
     h = wd.gate_up(p.x, routing, w13, cfg)
     out = wd.down(h, routing, w2, torch.float32, cfg)
     bound = BOUND_DOT if use_dot else BOUND_CUDA_CORES
     assert rel_err(h, ref_h) <= bound and rel_err(out, ref_out) <= bound
 
 
-def test_pick_splits_fills_the_gpu() -> None:
-    """K3 shapes: the CUDA-core B = 1 launches already offer >= TARGET_WARPS warps (no split); the one-warp mt.dot
-    programs are split, but never into more splits than there are item groups."""
+def test_pick_splits_whole_waves() -> None:
+    """K3 shapes at the H200's occupancy of the one-warp mt.dot programs (2112 resident at 128 registers, 1584 at
+    168): B = 1 gate_up takes one item per program (3 waves of 1 item, not the 1.09 waves of 3 items measured with
+    ncu on 2026-11-29), down fits one wave; bigger batches take the fewest splits within SPLIT_SLACK of the least
+    modelled time; never more splits than item groups; off the GPU (resident None) or when forced, no model."""
     cuda = wd.KernelConfig(False, rows=8, teams=2, blocks=16, num_warps=8)
     dot = wd.KernelConfig(True, rows=16, teams=1, blocks=8, num_warps=1)
-    assert wd.pick_splits(cuda, 3072 // 4, 16) == 1
-    assert wd.pick_splits(dot, 3584 // 16, 256) == 10 and wd.pick_splits(dot, 3072 // 8, 256) == 6
-    assert wd.pick_splits(dot, 224, 4) == 4
-    assert wd.pick_splits(dot, 224, 256, on_gpu=False) == 1  # the interpreter runs programs one by one
+    assert wd.pick_splits(dot, 384, 16, 2112) == 16 and wd.pick_splits(dot, 224, 16, 1584) == 6
+    assert wd.pick_splits(dot, 384, 256, 2112) == 11 and wd.pick_splits(dot, 224, 256, 1584) == 7
+    assert wd.pick_splits(dot, 224, 4, 1584) == 4
+    assert wd.pick_splits(cuda, 3072 // 4, 16, 132 * 2) == 1  # 768 programs of 8 warps: 3 waves already
+    assert wd.pick_splits(dot, 224, 256, None) == 1  # the interpreter runs programs one by one
+    assert wd.pick_splits(dataclasses.replace(dot, splits=3), 224, 256, 1584) == 3
 
 
 def test_scale_bytes_zero_and_nan(interpret: None) -> None:

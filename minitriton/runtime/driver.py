@@ -150,6 +150,16 @@ class CudaDriver:
         dev = self._check(self.cu.cuDeviceGet(device), "cuDeviceGet")
         return int(self._check(self.cu.cuDeviceGetAttribute(attr, dev), "cuDeviceGetAttribute"))
 
+    def resident_blocks(self, fn: Any, device: int, threads: int, dynamic_shared: int) -> int:
+        """Blocks of `fn` (launched with `threads` threads and `dynamic_shared` bytes) that the device runs at
+        once: the occupancy calculator's blocks per SM (registers, shared memory, warps) times the SM count."""
+        fn = self._functions.get(fn, fn) if isinstance(fn, int) else fn
+        per_sm = self._check(self.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, dynamic_shared),
+                             "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        attr = self.cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        dev = self._check(self.cu.cuDeviceGet(device), "cuDeviceGet")
+        return int(per_sm) * int(self._check(self.cu.cuDeviceGetAttribute(attr, dev), "cuDeviceGetAttribute"))
+
     def is_invalid_context(self, err: Any) -> bool:
         return int(err) == int(self.cu.CUresult.CUDA_ERROR_INVALID_CONTEXT)
 

@@ -265,6 +265,24 @@ class Kernel:
         fn.keep_alive = (own, runtime)  # the parameter buffer and the tensors its pointers point into
         return fn
 
+    def resident_programs(self, *args: Any, **kwargs: Any) -> int:
+        """How many programs of the variant these arguments select the current device runs at once (blocks per
+        SM from the driver's occupancy calculator, times the SMs); compiles the variant if needed, launches
+        nothing. For sizing grids to whole waves: a grid of 1.1 waves takes about as long as 2."""
+        if interpreting():
+            raise RuntimeError(f"kernel '{self.__name__}'.resident_programs() asks the GPU driver; it is not "
+                               f"available with MINITRITON_INTERPRET=1")
+        values, num_warps, num_stages = self._bind(args, dict(kwargs))
+        driver = _driver.get_driver()
+        device = driver.current_device()
+        key, _ = self._specialize(values, num_warps, num_stages, device, False)
+        try:
+            launcher = self._variants.get(key) or self._build(key, values, num_warps, num_stages)
+        except TypeError:
+            raise self._unhashable_constexpr(values) from None
+        fn = launcher.function(driver, device)
+        return driver.resident_blocks(fn, device, launcher.threads, launcher.dynamic_shared)
+
     def _prepared_mismatch(self, index: int, value: Any, code: str, device: int) -> ValueError:
         name = self.runtime_params[index]
         if isinstance(value, Tensor):
