@@ -12,7 +12,9 @@
 #   flash      tools/flash_kda_variants.py  FlashKDA phase-1 variants per kernel vs fla (issue 5)
 #   sanitize   tools/sanitize.sh          compute-sanitizer memcheck / racecheck on every kernel family
 #   ncu        tools/ncu_profile.sh       Nsight Compute: speed of light, occupancy, stall reasons per K3 / GEMM kernel
-# LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200.
+# LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200. KDA_ARGS / WARP_ARGS / GEMM_ARGS /
+# FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files, FLASH_TESTS_K the
+# FlashKDA tests' -k filter (none: skip them).
 # A missing tool is reported and skipped. Exits non-zero when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +59,8 @@ gpu_tests() {
         python3 -m pytest -m gpu -q -p no:cacheprovider "$f" 2>&1 | tail -n 3 | sed "s|^|$(basename "$f" .py): |"
         [ "${PIPESTATUS[0]}" -eq 0 ] || [ "${PIPESTATUS[0]}" -eq 5 ] || rc=1
     done
-    python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_flash_kda.py -k "1000 or sub16 or sliced" 2>&1 | tail -n 3
+    [ "${FLASH_TESTS_K:-}" = none ] && return $rc
+    python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_flash_kda.py -k "${FLASH_TESTS_K:-1000 or sub16 or sliced}" 2>&1 | tail -n 3
     [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
     return $rc
 }
@@ -67,12 +70,12 @@ steps=${*:-tests kda warp gemm flash sanitize}
 for s in $steps; do
     case $s in
         tests) step tests bash -c gpu_tests ;;
-        kda) tool kda tools/kda_decode_ab.py ;;
-        warp) tool warp tools/warp_decode_ab.py ;;
-        gemm) tool gemm tools/gemm_ab.py ;;
-        flash) tool flash tools/flash_kda_variants.py 1x32768x16 1x8192x12 ;;
+        kda) tool kda tools/kda_decode_ab.py ${KDA_ARGS:-} ;;
+        warp) tool warp tools/warp_decode_ab.py ${WARP_ARGS:-} ;;
+        gemm) tool gemm tools/gemm_ab.py ${GEMM_ARGS:-} ;;
+        flash) tool flash tools/flash_kda_variants.py ${FLASH_ARGS:-1x32768x16 1x8192x12} ;;
+        ncu) step ncu bash tools/ncu_profile.sh ${NCU_CASES:-} ;;
         sanitize) step sanitize bash tools/sanitize.sh ;;
-        ncu) step ncu bash tools/ncu_profile.sh ;;
         *) echo "unknown step $s"; status=1 ;;
     esac
 done

@@ -18,6 +18,7 @@ registers, spills.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import collections
 import json
 import os
@@ -49,7 +50,20 @@ WEIGHTS_PER_STEP = 128  # an mt.dot K step: 16 rows x 256 weights per warp = 128
 def variant_call(w13: wd.PreparedExperts, w2: wd.PreparedExperts, variant: str, x: torch.Tensor,
                  ids: torch.Tensor, weights: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
                  ) -> Callable[[], torch.Tensor]:
-    return lambda: wd.moe_decode(x, ids, weights, w13, w2, out_dtype=out_dtype, use_dot=True, variant=variant)
+    """moe_decode with the mt.dot variant; "NAME@S13,S2" forces the item splits of the two kernels (e.g.
+    v5_p2@6,10, the splits before the wave model) to A/B the split choice."""
+    name, _, forced = variant.partition("@")
+    if not forced:
+        return lambda: wd.moe_decode(x, ids, weights, w13, w2, out_dtype=out_dtype, use_dot=True, variant=name)
+    s13, s2 = (int(s) for s in forced.split(","))
+
+    def call() -> torch.Tensor:
+        routing, _ = wd.plan_routing(ids, weights, use_dot=True)
+        c13 = dataclasses.replace(wd.pick_config(w13.row_blocks, routing.n_pairs, True, name), splits=s13)
+        c2 = dataclasses.replace(wd.pick_config(w2.row_blocks, routing.n_pairs, True, name, "down"), splits=s2)
+        return wd.down(wd.gate_up(x, routing, w13, c13, parts=True), routing, w2, out_dtype, c2)
+
+    return call
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -202,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("the A/B timing needs a CUDA GPU (--sass works without)\n")
         return 1
     variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if v not in wd.DOT_VARIANTS]
+    unknown = [v for v in variants if v.partition("@")[0] not in wd.DOT_VARIANTS]
     if unknown:
         sys.stderr.write(f"unknown variants {unknown}; known: {list(wd.DOT_VARIANTS)}\n")
         return 1
