@@ -90,6 +90,7 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v5": (_V5, _V5),
     "v5_p2": (_V5_P2, _V5_P2),
     "v5_mixed": (_V5_P2, _V4),
+    "v5_p2_lb": (_V5_P2, dict(_V5_P2, min_blocks=16)),
 }
 # The default is the fastest measured at B = 1, 4 and 64 (tools/warp_decode_ab.py, H200, 2026-11-29 22:17 UTC):
 # v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
@@ -738,6 +739,24 @@ def _signature(kind: str, pairs: str, h: str = "fp32", wq: str = "u8") -> str:
             "D:i32:16,I:i32:16,row_blocks:i32:16")
 
 
+# The down kernel at 16 resident one-warp programs per SM (128 registers; ptxas spills about 100-200 B) instead of
+# 12 at its natural 168-170 (ncu, 2026-11-29: 14% achieved occupancy, long-scoreboard stalls first): KernelConfig
+# min_blocks=16 selects it (variant v5_p2_lb).
+down_kernel_16 = mt.kernel(min_blocks_per_sm=16)(down_kernel.fn)
+
+
+@mt.kernel
+def sum_splits_kernel(part_ptr, out_ptr, n, splits, BLOCK: mt.constexpr):
+    """out[i] = sum over s of part[s * n + i], in s order (deterministic), stored in out's dtype: the down kernel's
+    fp32 split partials combined and rounded in one launch (torch's sum then cast took two, ~8 us at B = 1)."""
+    i = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK)
+    ok = i < n
+    total = mt.zeros((BLOCK,), mt.float32)
+    for s in range(0, splits):
+        total += mt.load(part_ptr + s * n + i, mask=ok, other=0.0)
+    mt.store(out_ptr + i, total, mask=ok)
+
+
 # K3 (D=3584, I=3072, top-16): B = 1 on CUDA cores (2 lane teams for the 112-block rows of W13), B = 16 on mt.dot
 # (h passed as bf16 parts, as moe_decode does).
 gate_up_kernel.specialize(signature=_signature("gate_up", "i32"), ROWS=8, TEAMS=2, BLOCKS=16, NT=1, DEDUP=False,
@@ -882,6 +901,7 @@ class KernelConfig:
     words: bool = False  # pairs only: read the packed weights as int32 words (small carried tiles, for prefetch 2)
     fold_bias: bool | None = None  # pairs only: the 2**126 bias on the scale; None: when the experts allow it
     word_order: bool = False  # words only: K in the words' nibble order, pairs without byte permutes (4 dots/step)
+    min_blocks: int | None = None  # down only: 16 launches down_kernel_16 (at most 128 registers)
 
 
 def pick_teams(row_blocks: int, items_hint: int) -> int:
@@ -909,6 +929,7 @@ def pick_config(row_blocks: int, items_hint: int, use_dot: bool, variant: str | 
     return KernelConfig(False, rows=8, teams=teams, blocks=32 // teams, num_warps=8)
 
 
+SUM_BLOCK = 512  # outputs per program of sum_splits_kernel
 SPLIT_SLACK = 1.05  # pick_splits takes the fewest splits within 5% of the least modelled time
 
 
@@ -963,6 +984,8 @@ def _check_config(config: KernelConfig) -> None:
         raise ValueError("config.word_order goes with config.words")
     if config.words and not config.pairs:
         raise ValueError("config.words (weights read as int32 words) goes with config.pairs")
+    if config.min_blocks not in (None, 16) or (config.min_blocks and (not config.use_dot or config.num_warps != 1)):
+        raise ValueError(f"config.min_blocks must be None or 16 (one-warp mt.dot programs), got {config.min_blocks}")
     if config.splits is not None and config.splits < 1:
         raise ValueError(f"config.splits must be at least 1, got {config.splits}")
 
@@ -1009,6 +1032,8 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     if config is None:
         config = pick_config(w13.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
     _check_config(config)
+    if config.min_blocks is not None:
+        raise ValueError("config.min_blocks is a down-kernel option")
     if parts:
         h = torch.empty((2, routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
     else:
@@ -1057,14 +1082,18 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
                 w2.row_blocks)
 
     # The split is sized on the fp32-partials variant (a single split writes out_dtype: the same kernel otherwise).
+    kernel = down_kernel_16 if config.min_blocks == 16 else down_kernel
     probe = lambda: args_with(torch.empty((1, routing.batch, D), dtype=torch.float32, device=h.device))
-    splits = _splits(down_kernel, config, programs, routing, h.device, probe, meta)
+    splits = _splits(kernel, config, programs, routing, h.device, probe, meta)
+    out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
     if splits == 1:  # each output written once, straight in out_dtype
-        out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
-    else:  # fp32 partial sums per split, summed below in a fixed order (deterministic, no atomics)
-        out = torch.empty((splits, routing.batch, D), dtype=torch.float32, device=h.device)
-    down_kernel[(programs, splits)](*args_with(out), **meta)
-    return out if splits == 1 else out.sum(dim=0).to(out_dtype)
+        kernel[(programs, 1)](*args_with(out), **meta)
+        return out
+    parts = torch.empty((splits, routing.batch, D), dtype=torch.float32, device=h.device)  # fp32 partial sums
+    kernel[(programs, splits)](*args_with(parts), **meta)
+    n = routing.batch * D
+    sum_splits_kernel[(mt.cdiv(n, SUM_BLOCK),)](parts, out, n, splits, BLOCK=SUM_BLOCK, num_warps=4)
+    return out
 
 
 def plan_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, use_dot: bool | None = None,

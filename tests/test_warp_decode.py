@@ -317,6 +317,19 @@ def test_make_routing_covers_every_pair_once(interpret: None, group: int, batch:
     assert n == sum(-(-int((experts == e).sum()) // group) for e in experts.unique())  # the fewest items
 
 
+@pytest.mark.parametrize("out_dtype, bound", [(torch.float32, 0.0), (torch.bfloat16, 2**-8)])
+def test_sum_splits_kernel(interpret: None, out_dtype: torch.dtype, bound: float) -> None:
+    """The down kernel's split partials summed in one launch: fp32 sums in split order, rounded once to out's
+    dtype (within the fp32 additions' rounding, plus bf16's half ulp); the tail of the last block is masked."""
+    gen = torch.Generator().manual_seed(5)
+    parts = torch.randn(3, 1000, generator=gen)
+    out = torch.full((1000,), float("nan"), dtype=out_dtype)
+    wd.sum_splits_kernel[(2,)](parts, out, 1000, 3, BLOCK=wd.SUM_BLOCK)
+    want = parts.double().sum(0)
+    fp32_sums = 3 * 2**-24 * parts.double().abs().sum(0)  # two fp32 additions, each within half an ulp
+    assert ((out.double() - want).abs() <= bound * want.abs() + fp32_sums).all()
+
+
 def test_plan_routing_single_token_needs_no_sort(monkeypatch: pytest.MonkeyPatch) -> None:
     """B = 1 on the mt.dot path: item i is pair i from constant tables (no torch.sort, no routing kernel)."""
     monkeypatch.setattr(torch, "sort", lambda *a, **k: pytest.fail("B = 1 routing sorted"))
