@@ -95,6 +95,14 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
 # The default is the fastest measured at B = 1, 4 and 64 (tools/warp_decode_ab.py, H200, 2026-11-29 22:17 UTC):
 # v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
 DEFAULT_DOT_VARIANT = "v5_p2"
+# From B = 16 the down kernel at 16 resident warps per SM (v5_p2_lb) measured faster, below it slower (22:48 UTC,
+# same run: B = 1 / 4 / 16 / 64 at 174.0 / 585.7 / 2064.5 / 5914.0 us against v5_p2's 171.9 / 563.2 / 2290.8 / 6190.8).
+LARGE_BATCH, LARGE_BATCH_VARIANT = 16, "v5_p2_lb"
+
+
+def default_variant(batch: int) -> str:
+    """The mt.dot variant moe_decode runs when none is named: by batch size, as measured."""
+    return LARGE_BATCH_VARIANT if batch >= LARGE_BATCH else DEFAULT_DOT_VARIANT
 # Folding the 2**126 bias into the scale needs 2**(s - 1) in bf16 range: s <= 128 (block scales up to 2, weights up to
 # 12 in magnitude; real checkpoints sit far below). Experts with a larger finite scale keep the two multiplies.
 FOLD_MAX_SCALE = 128
@@ -1125,13 +1133,14 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     out_dtype:    bf16 (default), or fp32 to see the result before the output rounding.
     use_dot:      force the mt.dot (True) or CUDA-core (False) inner products; default: mt.dot from B = 2.
     dedup:        group pairs by expert so shared experts are read once; default: when B > 1 or on mt.dot.
-    variant:      the mt.dot path's variant, a key of DOT_VARIANTS (default DEFAULT_DOT_VARIANT).
+    variant:      the mt.dot path's variant, a key of DOT_VARIANTS (default `default_variant(B)`).
     Returns out_dtype [B, D] = sum_j w[b, j] * W2[e] @ (silu(W13[e, :I] @ x_b) * (W13[e, I:] @ x_b)), e = ids[b, j].
     """
     _check_inputs(x, topk_ids, topk_weights, w13, w2)
     routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup)
     if variant is not None and variant not in DOT_VARIANTS:
         raise ValueError(f"variant must be one of {sorted(DOT_VARIANTS)}, got {variant!r}")
+    variant = variant or default_variant(routing.batch)
     c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
     c2 = pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
     h = gate_up(x, routing, w13, c13, parts=use_dot)

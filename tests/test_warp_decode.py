@@ -405,6 +405,17 @@ def test_dot_variants(interpret: None, variant: str) -> None:
     check_decode(Problem(3, D=768, I=32, E=4, k=2, seed=71), use_dot=True, variant=variant)
 
 
+def test_default_variant_by_batch() -> None:
+    """moe_decode's variant when none is named follows the 2026-11-29 A/B: v5_p2 below B = 16, v5_p2_lb from it;
+    min_blocks is a down-kernel option only."""
+    assert [wd.default_variant(b) for b in (1, 4, 15, 16, 64)] == ["v5_p2"] * 3 + ["v5_p2_lb"] * 2
+    up, down = (wd.pick_config(8, 16, True, "v5_p2_lb", kernel) for kernel in ("gate_up", "down"))
+    assert up.min_blocks is None and down.min_blocks == 16
+    with pytest.raises(ValueError, match="min_blocks"):
+        wd.gate_up(torch.zeros(1, 64, dtype=torch.bfloat16), wd.plan_routing(torch.tensor([[0]]), torch.ones(1, 1))[0],
+                   Problem(1, D=64, I=48, E=2, k=1, seed=1).prepare()[0], down)
+
+
 @pytest.mark.parametrize("variant", ["v4_fold", "v5_mixed"])
 def test_unmasked_whole_steps_with_dead_rows(interpret: None, variant: str) -> None:
     """v4 / v5 drop every load mask on whole steps: rows past the matrix (I = 36: the last gate_up program has 4
