@@ -1,6 +1,7 @@
 """FlashKDA's phase-1 variants (flash_kda.INTRA_VARIANTS: sliced, chunk64, sub16) side by side, in one GPU run.
 
-    python tools/flash_kda_variants.py [BxTxH ...]        GPU: correctness first, then per-kernel times
+    python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [BxTxH ...]
+                                                          GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
 
 GPU mode, per variant: (1) the oracle check of tests/test_flash_kda.py at T=1000 H=4 K=V=128 with an initial state
@@ -61,12 +62,13 @@ def oracle_check(variant: str) -> str | None:
     return None
 
 
-def gpu(shapes: list[tuple[int, int, int]]) -> None:
+def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
+        variants: tuple[str, ...] = tuple(PHASE1)) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
     failed: dict[str, str] = {}
-    for variant in PHASE1:
+    for variant in variants:
         err = oracle_check(variant)
         if err:
             failed[variant] = err
@@ -74,7 +76,7 @@ def gpu(shapes: list[tuple[int, int, int]]) -> None:
         p = bench.make_problem(B, T, H)
         flash_kda.INTRA_VARIANT = "sub16"
         base = bench.ours(p, None)()
-        for variant in PHASE1:
+        for variant in variants:
             if variant in failed:
                 print(f"B={B} T={T} H={H} {variant}: not timed ({failed[variant]})")
                 continue
@@ -88,6 +90,19 @@ def gpu(shapes: list[tuple[int, int, int]]) -> None:
             total = sum(t for _, t in rows)
             print(f"B={B} T={T} H={H} {variant:8s}: {total:9.1f} us (vs sub16 {o_err:.1e} / {s_err:.1e})  "
                   + ", ".join(f"{k} {t:.1f}" for k, t in rows))
+        default_variant, default_block = flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK
+        flash_kda.INTRA_VARIANT = "sliced"
+        for block in state_blocks:  # phase 2's state columns per program (flash_kda.STATE_BLOCK)
+            flash_kda.STATE_BLOCK = block
+            o, s = bench.ours(p, None)()
+            o_err, s_err = kda_ref.relative_error(base[0], o), kda_ref.relative_error(base[1], s)
+            if not (o_err <= OUT_BOUND and s_err <= STATE_BOUND):
+                print(f"B={B} T={T} H={H} state block {block}: differs from sub16 ({o_err:.2e} / {s_err:.2e})")
+                continue
+            rows = kernel_times(bench.ours(p, None))
+            print(f"B={B} T={T} H={H} sliced, state block {block:3d}: {sum(t for _, t in rows):9.1f} us  "
+                  + ", ".join(f"{k} {t:.1f}" for k, t in rows))
+        flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK = default_variant, default_block
         try:
             rows = kernel_times(bench.fla(p))
             print(f"B={B} T={T} H={H} fla     : {sum(t for _, t in rows):9.1f} us  "
@@ -152,7 +167,13 @@ def main() -> None:
     if args == ["--static"]:
         static()
         return
-    gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES)  # type: ignore[misc]
+    options = {"--state-blocks": "", "--variants": ",".join(PHASE1)}
+    while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
+        name, _, value = args.pop(0).partition("=")
+        options[name] = value
+    blocks = tuple(int(b) for b in options["--state-blocks"].split(",") if b)
+    variants = tuple(v for v in options["--variants"].split(",") if v in PHASE1)
+    gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES, blocks, variants)  # type: ignore[misc]
 
 
 if __name__ == "__main__":

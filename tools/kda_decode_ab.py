@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
               f"k=7 {errs[1][0]:.2e} {errs[1][1]:.2e} -> {'ok' if ok[v] else 'FAILED'}", flush=True)
 
     bandwidth = harness.copy_bandwidth()
-    head = (f"{'variant':<16}{'shape':<10}{'k0':>8}{'k7a7':>9}{'k7a0':>9}{'fla_T1':>9}{'fla_snap':>9}"
+    head = (f"{'variant':<20}{'shape':<10}{'k0':>8}{'k7a7':>9}{'k7a0':>9}{'fla_T1':>9}{'fla_snap':>9}"
             f"{'k0/fla':>8}{'snap/k7':>8}{'k7/k0':>7}{'bw':>6}")
     lines = [f"copy bandwidth {bandwidth / 1e12:.2f} TB/s, graph={args.graph}", head]
     fmt = lambda x, w, p=1: f"{x:>{w}.{p}f}" if x is not None else f"{'-':>{w}}"
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         timed_t7: dict[tuple[str, int], tuple] = {}
         for v in variants:
             if not ok[v]:
-                lines.append(f"{v:<16}{batch}x{heads:<7} FAILED the check: not timed")
+                lines.append(f"{v:<20}{batch}x{heads:<7} FAILED the check: not timed")
                 continue
             k0 = bench.time_us(lambda: bench.ours(p0, 0, v), args.graph)
             spec = kda_decode.VARIANTS[v]
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
             k7a7, k7a0 = timed_t7[key]
             ratio = lambda a, b: a / b if a is not None and b is not None else None
             mark = "=" if shared else " "
-            lines.append(f"{v:<16}{f'{batch}x{heads}':<10}{fmt(k0, 8)}{fmt(k7a7, 8)}{mark}{fmt(k7a0, 8)}{mark}"
+            lines.append(f"{v:<20}{f'{batch}x{heads}':<10}{fmt(k0, 8)}{fmt(k7a7, 8)}{mark}{fmt(k7a0, 8)}{mark}"
                          f"{fmt(fla_t1, 9)}{fmt(fla_snap, 9)}{fmt(ratio(k0, fla_t1), 8, 2)}"
                          f"{fmt(ratio(fla_snap, k7a7), 8, 2)}{fmt(ratio(k7a7, k0), 7, 2)}{fmt(ratio(floor, k0), 6, 2)}")
             print(lines[-1], flush=True)

@@ -50,12 +50,12 @@ WEIGHTS_PER_STEP = 128  # an mt.dot K step: 16 rows x 256 weights per warp = 128
 def variant_call(w13: wd.PreparedExperts, w2: wd.PreparedExperts, variant: str, x: torch.Tensor,
                  ids: torch.Tensor, weights: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
                  ) -> Callable[[], torch.Tensor]:
-    """moe_decode with the mt.dot variant; "NAME@S13,S2" forces the item splits of the two kernels (e.g.
-    v5_p2@6,10, the splits before the wave model) to A/B the split choice."""
+    """moe_decode with the mt.dot variant; "NAME@S13:S2" forces the item splits of the two kernels (e.g.
+    v5_p2@6:10, the splits before the wave model) to A/B the split choice."""
     name, _, forced = variant.partition("@")
     if not forced:
         return lambda: wd.moe_decode(x, ids, weights, w13, w2, out_dtype=out_dtype, use_dot=True, variant=name)
-    s13, s2 = (int(s) for s in forced.split(","))
+    s13, s2 = (int(s) for s in forced.split(":"))
 
     def call() -> torch.Tensor:
         routing, _ = wd.plan_routing(ids, weights, use_dot=True)
