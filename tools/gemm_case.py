@@ -1,5 +1,6 @@
 """One GEMM launch per config of the example matmul at an odd size, checked against torch: what
-tools/sanitize.sh runs under compute-sanitizer (small, so memcheck and racecheck finish in seconds).
+tools/sanitize.sh runs under compute-sanitizer (small, so memcheck and racecheck finish in seconds). Every config
+runs three ways: the cp.async ring (matmul_kernel), the TMA ring and the warp-specialized TMA ring.
 
     python tools/gemm_case.py [M N K]        (default 200 264 136)
 """
@@ -30,10 +31,15 @@ def main() -> None:
         mm.matmul_kernel[grid](a, b, c, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                c.stride(0), c.stride(1), **meta, num_warps=config.num_warps,
                                num_stages=config.num_stages)
+        results = {"cp.async ring": c}
+        if meta["BLOCK_M"] >= 128:  # the TMA rings take the Hopper configs
+            results["TMA ring"] = mm.matmul_tma_ring(a, b, config)
+            results["warp-specialized"] = mm.matmul_tma_ws(a, b, config)
         torch.cuda.synchronize()
-        err = ((c.double().cpu() - want).norm() / want.norm()).item()
-        print(f"{config}: relative error {err:.2e}")
-        assert err < 1e-2, config
+        for name, out in results.items():
+            err = ((out.double().cpu() - want).norm() / want.norm()).item()
+            print(f"{config} {name}: relative error {err:.2e}")
+            assert err < 1e-2, (config, name)
 
 
 if __name__ == "__main__":
