@@ -237,20 +237,9 @@ class Kernel:
         same dtypes, 16-byte alignment where the variant assumes it, ints in the same class (== 1, % 16, i32/i64),
         tensors on the prepared device (ValueError otherwise). A callable grid is evaluated once, here.
         """
-        if interpreting():
-            raise RuntimeError(f"kernel '{self.__name__}'.prepare() launches compiled code; it is not available "
-                               f"with MINITRITON_INTERPRET=1 (launch with {self.__name__}[grid](...) instead)")
-        values, num_warps, num_stages = self._bind(args, dict(kwargs))
-        driver = _driver.get_driver()
-        device = driver.current_device()
-        key, raw = self._specialize(values, num_warps, num_stages, device, False)
+        values, num_warps, num_stages, driver, device, key, raw = self._bound("prepare", args, kwargs)
         grid3 = self._grid(grid, values, num_warps, num_stages)
-        try:
-            launcher = self._variants.get(key)
-        except TypeError:
-            raise self._unhashable_constexpr(values) from None
-        if launcher is None:
-            launcher = self._build(key, values, num_warps, num_stages)
+        launcher = self._launcher(key, values, num_warps, num_stages)
         entry = launcher.entry(driver, device)
         own = ParamBuffer(launcher.params.slots)
         try:
@@ -269,19 +258,30 @@ class Kernel:
         """How many programs of the variant these arguments select the current device runs at once (blocks per
         SM from the driver's occupancy calculator, times the SMs); compiles the variant if needed, launches
         nothing. For sizing grids to whole waves: a grid of 1.1 waves takes about as long as 2."""
+        values, num_warps, num_stages, driver, device, key, _ = self._bound("resident_programs", args, kwargs)
+        launcher = self._launcher(key, values, num_warps, num_stages)
+        fn = launcher.function(driver, device)
+        return driver.resident_blocks(fn, device, launcher.threads, launcher.dynamic_shared)
+
+    def _bound(self, what: str, args: tuple, kwargs: dict) -> tuple:
+        """(values, num_warps, num_stages, driver, device, key, raw) of a call of `what` (prepare or
+        resident_programs: compiled code on the current device, so not in the interpreter)."""
         if interpreting():
-            raise RuntimeError(f"kernel '{self.__name__}'.resident_programs() asks the GPU driver; it is not "
-                               f"available with MINITRITON_INTERPRET=1")
+            raise RuntimeError(f"kernel '{self.__name__}'.{what}() needs compiled code; it is not available with "
+                               f"MINITRITON_INTERPRET=1 (launch with {self.__name__}[grid](...) instead)")
         values, num_warps, num_stages = self._bind(args, dict(kwargs))
         driver = _driver.get_driver()
         device = driver.current_device()
-        key, _ = self._specialize(values, num_warps, num_stages, device, False)
+        key, raw = self._specialize(values, num_warps, num_stages, device, False)
+        return values, num_warps, num_stages, driver, device, key, raw
+
+    def _launcher(self, key: tuple, values: Sequence[Any], num_warps: int, num_stages: int) -> Any:
+        """The variant's Launcher, compiled (or read from the disk cache) on first use."""
         try:
-            launcher = self._variants.get(key) or self._build(key, values, num_warps, num_stages)
+            launcher = self._variants.get(key)
         except TypeError:
             raise self._unhashable_constexpr(values) from None
-        fn = launcher.function(driver, device)
-        return driver.resident_blocks(fn, device, launcher.threads, launcher.dynamic_shared)
+        return launcher if launcher is not None else self._build(key, values, num_warps, num_stages)
 
     def _prepared_mismatch(self, index: int, value: Any, code: str, device: int) -> ValueError:
         name = self.runtime_params[index]
