@@ -530,10 +530,7 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
             local = top.value("mt.local_load", [rings[n], read_slot], load.result.type)
             loop.replace_all_uses(load.result, local)
             continue
-        view = top.value("mt.ring_slot", [rings[n], read_slot], _slot_type(load, direct[n]))  # type: ignore
-        for staging, _ in _users(func_op, load.result):
-            loop.replace_all_uses(staging.result, view)
-            staging.erase()
+        _read_in_place(top, loop, func_op, rings[n], read_slot, load, direct[n])  # type: ignore[arg-type]
     # the copies overwrite the slot iteration i - 1 read: after its dot retired (an async dot: after this one)
     put = top
     if async_dot is not None:
@@ -560,14 +557,11 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
         yield_op.operands.append(tail.value("mt.addptr", [pf, inc], pf.type))
     one = tail.const(1, it)
     yield_op.operands.append(tail.value("mt.add", [index, one], it))
-    for slot in (read_slot, write_slot):  # slot + 1, wrapping to 0 after the last
-        last = tail.value("mt.cmp", [slot, tail.const(stages - 1, it)], i1, predicate="eq")
-        yield_op.operands.append(tail.value("mt.select", [last, tail.const(0, it),
-                                                          tail.value("mt.add", [slot, one], it)], it))
+    for slot in (read_slot, write_slot):
+        yield_op.operands.append(_next_slot(tail, slot, stages, one))
 
     # epilogue: nothing may be in flight when the loop ends
-    at = parent.ops.index(loop) + 1
-    after = _Inserter(parent, parent.ops[at] if at < len(parent.ops) else None, loop.loc)
+    after = _after_loop(loop)
     if async_dot is not None:
         async_dot.attrs["async_groups"] = 1
         if deferred:
@@ -575,6 +569,35 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
         after.add("mt.dot_wait", [], [], pending=0)
     after.add("mt.async_wait", [], [], pending=0)
     return placed - offset
+
+
+def _read_in_place(ins: _Inserter, loop: Operation, func_op: Operation, ring: Value, slot: Value,
+                   load: Operation, direct: tuple[int, int]) -> None:
+    """Point the load's staging (the shared-memory copy feeding the dot) at the ring slot itself: wgmma reads
+    the operand in place."""
+    view = ins.value("mt.ring_slot", [ring, slot], _slot_type(load, direct))
+    for staging, _ in _users(func_op, load.result):
+        loop.replace_all_uses(staging.result, view)
+        staging.erase()
+
+
+def _after_loop(loop: Operation) -> _Inserter:
+    """An inserter right after `loop` in its block (the drain of what the loop left in flight)."""
+    parent = loop.parent
+    assert parent is not None
+    at = parent.ops.index(loop) + 1
+    return _Inserter(parent, parent.ops[at] if at < len(parent.ops) else None, loop.loc)
+
+
+def _is_last_slot(ins: _Inserter, slot: Value, stages: int) -> Value:
+    return ins.value("mt.cmp", [slot, ins.const(stages - 1, slot.type)], i1, predicate="eq")
+
+
+def _next_slot(ins: _Inserter, slot: Value, stages: int, one: Value, last: Value | None = None) -> Value:
+    """slot + 1, wrapping to 0 after the last of `stages` (`last`: that test, when already built)."""
+    last = last if last is not None else _is_last_slot(ins, slot, stages)
+    return ins.value("mt.select", [last, ins.const(0, slot.type), ins.value("mt.add", [slot, one], slot.type)],
+                     slot.type)
 
 
 # ------------------------------------------------------------------------------------------- TMA rings
@@ -765,11 +788,8 @@ def _pipeline_loop_tma(loop: Operation, loads: list[Operation], stages: int, dir
     for n, ring in enumerate(rings):  # the slot's fill landed; then every thread is past its older dots' waits
         top.add("mt.async_wait", [ring, read_slot, phase], [], **({"barrier": True} if n == len(rings) - 1 else {}))
     func_op = _function_of(loop)
-    for load, d in zip(loads, direct):
-        view = top.value("mt.ring_slot", [rings[loads.index(load)], read_slot], _slot_type(load, d))
-        for staging, _ in _users(func_op, load.result):
-            loop.replace_all_uses(staging.result, view)
-            staging.erase()
+    for ring, load, d in zip(rings, loads, direct):
+        _read_in_place(top, loop, func_op, ring, read_slot, load, d)
     put = _Inserter(block, block.ops[block.ops.index(async_dot) + 1], loop.loc)
     iv_pf = put.value("mt.add", [body.iv, put.value("mt.mul", [put.const(ahead, it), step], it)], it)
     valid = put.value("mt.cmp", [iv_pf, ub], i1, predicate="lt")
@@ -784,19 +804,15 @@ def _pipeline_loop_tma(loop: Operation, loads: list[Operation], stages: int, dir
     tail = _Inserter(block, yield_op, loop.loc)
     one = tail.const(1, it)
     yield_op.operands.append(tail.value("mt.add", [index, one], it))
-    wraps = tail.value("mt.cmp", [read_slot, tail.const(stages - 1, it)], i1, predicate="eq")
-    for slot in (read_slot, write_slot):
-        last = wraps if slot is read_slot else tail.value("mt.cmp", [slot, tail.const(stages - 1, it)], i1,
-                                                             predicate="eq")
-        yield_op.operands.append(tail.value("mt.select", [last, tail.const(0, it),
-                                                          tail.value("mt.add", [slot, one], it)], it))
+    wraps = _is_last_slot(tail, read_slot, stages)
+    yield_op.operands.append(_next_slot(tail, read_slot, stages, one, wraps))
+    yield_op.operands.append(_next_slot(tail, write_slot, stages, one))
     yield_op.operands.append(tail.value("mt.select", [wraps, tail.value("mt.sub", [one, phase], it), phase], it))
 
     async_dot.attrs["async_groups"] = 1
     if deferred:
         async_dot.attrs["deferred_wait"] = True
-    at = parent.ops.index(loop) + 1
-    after = _Inserter(parent, parent.ops[at] if at < len(parent.ops) else None, loop.loc)
+    after = _after_loop(loop)
     after.add("mt.dot_wait", [], [], pending=0)  # every fill was waited for in the loop: no copy is in flight
     return placed - offset
 
