@@ -62,11 +62,28 @@ def oracle_check(variant: str) -> str | None:
     return None
 
 
+def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Run ours as flash_kda's knobs now stand, check output and final state against the sub16 run `base`, then
+    print the per-kernel times (or why it was not timed)."""
+    from benchmarks import bench_flash_kda as bench
+    from tools.profile_kernels import kernel_times
+
+    o, s = bench.ours(p, None)()
+    o_err, s_err = kda_ref.relative_error(base[0], o), kda_ref.relative_error(base[1], s)
+    if not (o_err <= OUT_BOUND and s_err <= STATE_BOUND):
+        print(f"{label}: differs from sub16 ({o_err:.2e} / {s_err:.2e}): not timed")
+        return
+    rows = kernel_times(bench.ours(p, None))
+    print(f"{label}: {sum(t for _, t in rows):9.1f} us (vs sub16 {o_err:.1e} / {s_err:.1e})  "
+          + ", ".join(f"{k} {t:.1f}" for k, t in rows))
+
+
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         variants: tuple[str, ...] = tuple(PHASE1)) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
+    defaults = flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK
     failed: dict[str, str] = {}
     for variant in variants:
         err = oracle_check(variant)
@@ -81,28 +98,12 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
                 print(f"B={B} T={T} H={H} {variant}: not timed ({failed[variant]})")
                 continue
             flash_kda.INTRA_VARIANT = variant
-            o, s = bench.ours(p, None)()
-            o_err, s_err = kda_ref.relative_error(base[0], o), kda_ref.relative_error(base[1], s)
-            if not (o_err <= OUT_BOUND and s_err <= STATE_BOUND):
-                print(f"B={B} T={T} H={H} {variant}: differs from sub16 ({o_err:.2e} / {s_err:.2e}): not timed")
-                continue
-            rows = kernel_times(bench.ours(p, None))
-            total = sum(t for _, t in rows)
-            print(f"B={B} T={T} H={H} {variant:8s}: {total:9.1f} us (vs sub16 {o_err:.1e} / {s_err:.1e})  "
-                  + ", ".join(f"{k} {t:.1f}" for k, t in rows))
-        default_variant, default_block = flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK
+            time_against_sub16(f"B={B} T={T} H={H} {variant:8s}", p, base)
         flash_kda.INTRA_VARIANT = "sliced"
         for block in state_blocks:  # phase 2's state columns per program (flash_kda.STATE_BLOCK)
             flash_kda.STATE_BLOCK = block
-            o, s = bench.ours(p, None)()
-            o_err, s_err = kda_ref.relative_error(base[0], o), kda_ref.relative_error(base[1], s)
-            if not (o_err <= OUT_BOUND and s_err <= STATE_BOUND):
-                print(f"B={B} T={T} H={H} state block {block}: differs from sub16 ({o_err:.2e} / {s_err:.2e})")
-                continue
-            rows = kernel_times(bench.ours(p, None))
-            print(f"B={B} T={T} H={H} sliced, state block {block:3d}: {sum(t for _, t in rows):9.1f} us  "
-                  + ", ".join(f"{k} {t:.1f}" for k, t in rows))
-        flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK = default_variant, default_block
+            time_against_sub16(f"B={B} T={T} H={H} sliced, state block {block:3d}", p, base)
+        flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK = defaults
         try:
             rows = kernel_times(bench.fla(p))
             print(f"B={B} T={T} H={H} fla     : {sum(t for _, t in rows):9.1f} us  "
