@@ -91,6 +91,8 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v5_p2": (_V5_P2, _V5_P2),
     "v5_mixed": (_V5_P2, _V4),
     "v5_p2_lb": (_V5_P2, dict(_V5_P2, min_blocks=16)),
+    "v5_p2_vm": (dict(_V5_P2, v_masked=True), dict(_V5_P2, v_masked=True)),
+    "v5_p2_lb_vm": (dict(_V5_P2, v_masked=True), dict(_V5_P2, min_blocks=16, v_masked=True)),
 }
 # The default is the fastest measured at B = 1, 4 and 64 (tools/warp_decode_ab.py, H200, 2026-11-29 22:17 UTC):
 # v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
@@ -371,7 +373,7 @@ def load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb, lane_block, j, row_
 @mt.func
 def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks, part_stride,
                 ROWS, TEAMS, NT, BLOCKS, USE_DOT, VMODE, FULL_STEPS, PAIRS=False, PREFETCH=1,
-                WORDS=False, FOLD_BIAS=False, WORD_ORDER=False):
+                WORDS=False, FOLD_BIAS=False, WORD_ORDER=False, V_MASKED=False):
     """acc[r, t, s] = sum_{k < K} W[row[r, t], k] * v[v_index[t, s] * v_stride + k] for the weight rows `row` (i64
     [R, T], rows of `row_blocks` MX blocks) where `live`, and the vector rows `v_index` (i32 [T, NT]) where `v_live`.
     v_stride (a multiple of 16 in the AOT signatures) multiplies the row index *after* any per-slot pick, so the
@@ -386,11 +388,13 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, 
     words (a carried step is 4 registers per 16 bytes instead of one per byte, which a 2-deep prefetch needs).
     FOLD_BIAS (PAIRS only): every finite scale byte is <= FOLD_MAX_SCALE, so the 2**126 bias rides on the scale.
     WORD_ORDER (WORDS only): K ordered by the nibble positions inside each word (e2m1_word_pairs_to_bf16), four
-    dots per step, no byte permutes on the weights."""
+    dots per step, no byte permutes on the weights. V_MASKED (mt.dot only): the vector loads keep their per-slot
+    masks on whole steps too, so dead slots (most of NT = 8 at K3 batches up to 64: about 1.1 pairs per item) read
+    nothing, at the price of predicated loads into zeroed registers."""
     if USE_DOT:
         result = stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                                  part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS, PAIRS, PREFETCH,
-                                 WORDS, FOLD_BIAS, WORD_ORDER).reshape((ROWS, 1, NT))
+                                 WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED).reshape((ROWS, 1, NT))
     else:
         result = stream_rows_fma(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                                  ROWS, TEAMS, NT, BLOCKS, FULL_STEPS)
@@ -504,7 +508,7 @@ def load_masked(at, ok, UNMASKED):
 @mt.func
 def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                     part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS, PAIRS, PREFETCH,
-                    WORDS, FOLD_BIAS, WORD_ORDER):
+                    WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED):
     """stream_rows on tensor cores (TEAMS == 1, ROWS a multiple of 16, BLOCKS of 4): acc [R, NT] with mt.dot.
 
     Each step reads BLOCKS blocks of every row as a [H, R, 4, 16] byte tile, H = BLOCKS / 4: byte j of block
@@ -522,6 +526,7 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
     # point them there), and their products land in accumulator rows / columns that are never stored (masked
     # stores, the combine's `where`): no registers zeroed before each predicated load, no predicates.
     UNMASKED = FULL_STEPS and PAIRS
+    V_UNMASKED = UNMASKED and not V_MASKED  # the vector loads' form (V_MASKED: dead slots read nothing)
     if UNMASKED:
         row1 = mt.where(live1, row1, 0)
     v_row = mt.sum(v_index, axis=0) * v_stride  # [NT]; the stride after the sum keeps the rows 16-aligned
@@ -601,8 +606,8 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
         k_lo = (JL * jh)[:, None, None, None, None] + (blk * 32)[None, :, None, :, None] + jl[None, None, None, None, :]
         v_at = v_ptr + v_row[None, None, :, None, None] + k_lo
         if FULL_STEPS:
-            v_lo = load_masked(v_at, v_ok[None, None, :, None, None], UNMASKED)
-            v_hi = load_masked(v_at + 16, v_ok[None, None, :, None, None], UNMASKED)
+            v_lo = load_masked(v_at, v_ok[None, None, :, None, None], V_UNMASKED)
+            v_hi = load_masked(v_at + 16, v_ok[None, None, :, None, None], V_UNMASKED)
         else:
             v_lo = mt.load(v_at, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
             v_hi = mt.load(v_at + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K), other=0)
@@ -613,8 +618,8 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
             acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
         if VMODE == 2:
             if FULL_STEPS:
-                v_lo = load_masked(v_at + part_stride, v_ok[None, None, :, None, None], UNMASKED)
-                v_hi = load_masked(v_at + part_stride + 16, v_ok[None, None, :, None, None], UNMASKED)
+                v_lo = load_masked(v_at + part_stride, v_ok[None, None, :, None, None], V_UNMASKED)
+                v_hi = load_masked(v_at + part_stride + 16, v_ok[None, None, :, None, None], V_UNMASKED)
             else:
                 v_lo = mt.load(v_at + part_stride, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
                 v_hi = mt.load(v_at + part_stride + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K),
@@ -655,7 +660,7 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
                    DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr,
                    H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
                    PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
-                   WORD_ORDER: mt.constexpr = False):
+                   WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False):
     """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32; with H_PARTS as
     bf16 parts instead, h_ptr[0, p, i] = bf16(h) and h_ptr[1, p, i] = bf16(h - bf16(h)) (what the mt.dot down
     kernel feeds its tensor cores: split once here rather than by each of its programs).
@@ -681,7 +686,7 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr,
                           mt.where(pair_ok, pair, 0) // topk, D, pair_ok, D, row_blocks, 0, ROWS, TEAMS, NT,
                           BLOCKS, USE_DOT, 0, FULL_STEPS, PAIRS, PREFETCH, WORDS, FOLD_BIAS,
-                          WORD_ORDER)
+                          WORD_ORDER, V_MASKED)
         acc = acc.reshape((HALF, 2, TEAMS, NT))
         gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=1)
         up = mt.sum(mt.where(is_gate, 0.0, acc), axis=1)
@@ -703,7 +708,7 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
                 DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr,
                 H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
                    PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
-                   WORD_ORDER: mt.constexpr = False):
+                   WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False):
     """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused (h fp32, or with
     H_PARTS (mt.dot only) gate_up's bf16 parts [2, pairs, I]): the program keeps
     a [ROWS, BT] fp32 accumulator (rows x tokens) over its work items and writes each output once. With an item
@@ -724,7 +729,7 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr,
                           mt.where(pair_ok, pair, 0), I, pair_ok, I, row_blocks, n_pairs * I, ROWS, TEAMS, NT,
                           BLOCKS, USE_DOT, 2 if H_PARTS else 1, FULL_STEPS, PAIRS, PREFETCH, WORDS,
-                          FOLD_BIAS, WORD_ORDER)
+                          FOLD_BIAS, WORD_ORDER, V_MASKED)
         weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
         mine = ((pair // topk)[:, :, None] == token[None, None, :]) & pair_ok[:, :, None]  # [T, NT, BT]
         contrib = mt.where(mine[None, :, :, :], (acc * weight[None, :, :])[:, :, :, None], 0.0)
@@ -910,6 +915,7 @@ class KernelConfig:
     fold_bias: bool | None = None  # pairs only: the 2**126 bias on the scale; None: when the experts allow it
     word_order: bool = False  # words only: K in the words' nibble order, pairs without byte permutes (4 dots/step)
     min_blocks: int | None = None  # down only: 16 launches down_kernel_16 (at most 128 registers)
+    v_masked: bool = False  # mt.dot only: dead vector slots read nothing (masked loads; stream_rows V_MASKED)
 
 
 def pick_teams(row_blocks: int, items_hint: int) -> int:
@@ -994,6 +1000,8 @@ def _check_config(config: KernelConfig) -> None:
         raise ValueError("config.words (weights read as int32 words) goes with config.pairs")
     if config.min_blocks not in (None, 16) or (config.min_blocks and (not config.use_dot or config.num_warps != 1)):
         raise ValueError(f"config.min_blocks must be None or 16 (one-warp mt.dot programs), got {config.min_blocks}")
+    if config.v_masked and not config.use_dot:
+        raise ValueError("config.v_masked is for the mt.dot path")
     if config.splits is not None and config.splits < 1:
         raise ValueError(f"config.splits must be at least 1, got {config.splits}")
 
@@ -1052,7 +1060,7 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     meta = dict(ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group, DEDUP=routing.dedup,
                 USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config), H_PARTS=parts, PAIRS=config.pairs,
                 PREFETCH=config.prefetch, WORDS=config.words, FOLD_BIAS=_fold_bias(w13, config),
-                WORD_ORDER=config.word_order, num_warps=config.num_warps)
+                WORD_ORDER=config.word_order, V_MASKED=config.v_masked, num_warps=config.num_warps)
     splits = _splits(gate_up_kernel, config, programs, routing, x.device, lambda: args, meta)
     gate_up_kernel[(programs, splits)](*args, **meta)
     return h
@@ -1082,6 +1090,7 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
                 BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
                 FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, PAIRS=config.pairs, PREFETCH=config.prefetch,
                 WORDS=config.words, FOLD_BIAS=_fold_bias(w2, config), WORD_ORDER=config.word_order,
+                V_MASKED=config.v_masked,
                 num_warps=config.num_warps)
 
     def args_with(out: torch.Tensor) -> tuple:
