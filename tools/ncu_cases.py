@@ -57,10 +57,10 @@ def warp_decode(batch: int) -> Call:
     return lambda: wd.moe_decode(x, ids, weights, w13, w2, use_dot=True)
 
 
-def kda_decode(accepted: int, drafts: int) -> Call:
+def kda_decode(accepted: int, drafts: int, variant: str | None = None) -> Call:
     import bench_kda_decode as bench
 
-    return bench.ours(bench.make_problem(256, 12, drafts), accepted)
+    return bench.ours(bench.make_problem(256, 12, drafts), accepted, variant)
 
 
 def flash_kda(seq_len: int) -> Call:
@@ -78,6 +78,7 @@ CASES: dict[str, Callable[[], Call]] = {
     "warp_b16": lambda: warp_decode(16),
     "kda_k0": lambda: kda_decode(0, 0),
     "kda_k7": lambda: kda_decode(7, 7),
+    "kda_scratch_k7": lambda: kda_decode(7, 7, "stream_scratch_vc64"),
     "flash_t8192": lambda: flash_kda(8192),
 }
 
