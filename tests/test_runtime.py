@@ -1358,6 +1358,20 @@ def test_gpu_cpu_tensor_is_rejected() -> None:
         add[(1,)](x, x, x, 16, BLOCK=16)
 
 
+@pytest.mark.gpu
+@gpu
+def test_gpu_resident_programs_is_the_occupancy_of_the_device() -> None:
+    """The real driver's answer: a whole number of programs per SM, at most the 32 blocks / 64 warps an SM holds,
+    and fewer for a kernel with more warps per program."""
+    set_driver(None)
+    x = torch.randn(1024, device="cuda")
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    small = add.resident_programs(x, x, x, 1024, BLOCK=64, num_warps=1)
+    big = add.resident_programs(x, x, x, 1024, BLOCK=1024, num_warps=16)
+    assert small % sms == 0 and 0 < small // sms <= 32
+    assert big % sms == 0 and 0 < big // sms <= 64 // 16 and big < small
+
+
 def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 

@@ -53,7 +53,7 @@ tool() {  # name, script, args...
 }
 gpu_tests() {
     # the warp-specialized GEMM last: a protocol bug there hangs (each config runs in a process of its own)
-    local files=${GPU_TESTS:-"tests/test_kda_decode.py tests/test_warp_decode.py tests/test_examples_gpu.py tests/test_barrier.py tests/test_early_return.py tests/test_ptx.py tests/test_pipeline.py tests/test_warp_specialize.py"}
+    local files=${GPU_TESTS:-"tests/test_runtime.py tests/test_kda_decode.py tests/test_warp_decode.py tests/test_examples_gpu.py tests/test_barrier.py tests/test_early_return.py tests/test_ptx.py tests/test_pipeline.py tests/test_warp_specialize.py"}
     local rc=0
     for f in $files; do
         python3 -m pytest -m gpu -q -p no:cacheprovider "$f" 2>&1 | tail -n 3 | sed "s|^|$(basename "$f" .py): |"
