@@ -965,7 +965,7 @@ def pick_splits(config: KernelConfig, programs: int, items_hint: int, resident: 
     return min(s for s, c in cost.items() if c <= best * SPLIT_SLACK)
 
 
-_RESIDENT: dict[tuple, int] = {}  # (kernel, launch shape) -> Kernel.resident_programs (one driver query per shape)
+_RESIDENT: dict[tuple, int] = {}  # (Kernel, launch shape) -> Kernel.resident_programs (one driver query per shape)
 
 
 def _splits(kernel: mt.Kernel, config: KernelConfig, programs: int, routing: Routing, device: torch.device,
@@ -973,7 +973,8 @@ def _splits(kernel: mt.Kernel, config: KernelConfig, programs: int, routing: Rou
     """pick_splits for a launch of `kernel` with make_args() and meta (the driver is asked once per shape)."""
     if config.splits is not None or device.type != "cuda":
         return pick_splits(config, programs, routing.n_pairs, None)
-    key = (kernel.__name__, programs, routing.batch, routing.topk, device, tuple(sorted(meta.items())))
+    # keyed on the Kernel object: down_kernel and down_kernel_16 share a name and constexprs, not their occupancy
+    key = (kernel, programs, routing.batch, routing.topk, device, tuple(sorted(meta.items())))
     if key not in _RESIDENT:
         _RESIDENT[key] = kernel.resident_programs(*make_args(), **meta)
     return pick_splits(config, programs, routing.n_pairs, _RESIDENT[key])

@@ -317,6 +317,23 @@ def test_make_routing_covers_every_pair_once(interpret: None, group: int, batch:
     assert n == sum(-(-int((experts == e).sum()) // group) for e in experts.unique())  # the fewest items
 
 
+def test_splits_ask_each_kernel_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resident-programs cache is per Kernel object: down_kernel and down_kernel_16 share a name and constexprs
+    but not their occupancy (a shared key gave v5_p2_lb the 168-register kernel's splits in the 22:48 A/B)."""
+    asked = []
+    for kernel, resident in ((wd.down_kernel, 1584), (wd.down_kernel_16, 2112)):
+        monkeypatch.setattr(kernel, "resident_programs",
+                            lambda *a, kernel=kernel, resident=resident, **k: asked.append(kernel) or resident)
+    monkeypatch.setattr(wd, "_RESIDENT", {})
+    routing = wd.Routing(*(torch.zeros(1),) * 5, batch=16, topk=16, group=8, dedup=True)
+    dot = wd.pick_config(8, 256, True, "v5_p2", "down")
+    cuda = torch.device("cuda", 0)
+    picks = [wd._splits(k, dot, 224, routing, cuda, lambda: (), {"ROWS": 16}) for k in
+             (wd.down_kernel, wd.down_kernel_16, wd.down_kernel, wd.down_kernel_16)]
+    assert asked == [wd.down_kernel, wd.down_kernel_16]
+    assert picks == [wd.pick_splits(dot, 224, 256, 1584), wd.pick_splits(dot, 224, 256, 2112)] * 2
+
+
 @pytest.mark.parametrize("out_dtype, bound", [(torch.float32, 0.0), (torch.bfloat16, 2**-8)])
 def test_sum_splits_kernel(interpret: None, out_dtype: torch.dtype, bound: float) -> None:
     """The down kernel's split partials summed in one launch: fp32 sums in split order, rounded once to out's
