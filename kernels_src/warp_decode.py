@@ -93,7 +93,12 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v5_p2_lb": (_V5_P2, dict(_V5_P2, min_blocks=16)),
     "v5_p2_vm": (dict(_V5_P2, v_masked=True), dict(_V5_P2, v_masked=True)),
     "v5_p2_lb_vm": (dict(_V5_P2, v_masked=True), dict(_V5_P2, min_blocks=16, v_masked=True)),
+    # h in one bf16 part, the intermediate precision of triton_kernels and the usual MoE stacks: half the down
+    # kernel's MMAs and h loads; opt-in (H16_BOUND, not the default's fp32-level BOUND)
+    "v5_p2_h16": (dict(_V5_P2, h_bf16=True), _V5_P2),
+    "v5_p2_lb_h16": (dict(_V5_P2, h_bf16=True), dict(_V5_P2, min_blocks=16)),
 }
+H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
 # The default is the fastest measured at B = 1, 4 and 64 (tools/warp_decode_ab.py, H200, 2026-11-29 22:17 UTC):
 # v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
 DEFAULT_DOT_VARIANT = "v5_p2"
@@ -660,7 +665,8 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
                    DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr,
                    H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
                    PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
-                   WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False):
+                   WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False,
+                   H_BF16: mt.constexpr = False):
     """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32; with H_PARTS as
     bf16 parts instead, h_ptr[0, p, i] = bf16(h) and h_ptr[1, p, i] = bf16(h - bf16(h)) (what the mt.dot down
     kernel feeds its tensor cores: split once here rather than by each of its programs).
@@ -697,6 +703,8 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
             top = h.to(mt.bfloat16)
             mt.store(h_at, top, mask=h_ok)
             mt.store(h_at + n_pairs * I, (h - top.to(mt.float32)).to(mt.bfloat16), mask=h_ok)
+        elif H_BF16:  # one bf16 part (h_ptr bf16 [pairs, I])
+            mt.store(h_at, h.to(mt.bfloat16), mask=h_ok)
         else:
             mt.store(h_at, h, mask=h_ok)
 
@@ -708,7 +716,8 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
                 DEDUP: mt.constexpr, USE_DOT: mt.constexpr, FULL_STEPS: mt.constexpr,
                 H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
                    PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
-                   WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False):
+                   WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False,
+                   H_BF16: mt.constexpr = False):
     """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused (h fp32, or with
     H_PARTS (mt.dot only) gate_up's bf16 parts [2, pairs, I]): the program keeps
     a [ROWS, BT] fp32 accumulator (rows x tokens) over its work items and writes each output once. With an item
@@ -728,7 +737,7 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
         row = expert.to(mt.int64)[None, :] * D + d[:, None]
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr,
                           mt.where(pair_ok, pair, 0), I, pair_ok, I, row_blocks, n_pairs * I, ROWS, TEAMS, NT,
-                          BLOCKS, USE_DOT, 2 if H_PARTS else 1, FULL_STEPS, PAIRS, PREFETCH, WORDS,
+                          BLOCKS, USE_DOT, 0 if H_BF16 else (2 if H_PARTS else 1), FULL_STEPS, PAIRS, PREFETCH, WORDS,
                           FOLD_BIAS, WORD_ORDER, V_MASKED)
         weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
         mine = ((pair // topk)[:, :, None] == token[None, None, :]) & pair_ok[:, :, None]  # [T, NT, BT]
@@ -916,6 +925,7 @@ class KernelConfig:
     word_order: bool = False  # words only: K in the words' nibble order, pairs without byte permutes (4 dots/step)
     min_blocks: int | None = None  # down only: 16 launches down_kernel_16 (at most 128 registers)
     v_masked: bool = False  # mt.dot only: dead vector slots read nothing (masked loads; stream_rows V_MASKED)
+    h_bf16: bool = False  # gate_up, mt.dot only: h as one bf16 part [P, I] (peers' precision), not hi + lo parts
 
 
 def pick_teams(row_blocks: int, items_hint: int) -> int:
@@ -1001,8 +1011,8 @@ def _check_config(config: KernelConfig) -> None:
         raise ValueError("config.words (weights read as int32 words) goes with config.pairs")
     if config.min_blocks not in (None, 16) or (config.min_blocks and (not config.use_dot or config.num_warps != 1)):
         raise ValueError(f"config.min_blocks must be None or 16 (one-warp mt.dot programs), got {config.min_blocks}")
-    if config.v_masked and not config.use_dot:
-        raise ValueError("config.v_masked is for the mt.dot path")
+    if (config.v_masked or config.h_bf16) and not config.use_dot:
+        raise ValueError("config.v_masked and config.h_bf16 are for the mt.dot path")
     if config.splits is not None and config.splits < 1:
         raise ValueError(f"config.splits must be at least 1, got {config.splits}")
 
@@ -1051,7 +1061,10 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     _check_config(config)
     if config.min_blocks is not None:
         raise ValueError("config.min_blocks is a down-kernel option")
-    if parts:
+    if config.h_bf16:
+        h = torch.empty((routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
+        parts = False
+    elif parts:
         h = torch.empty((2, routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
     else:
         h = torch.empty((routing.n_pairs, I), dtype=torch.float32, device=x.device)
@@ -1059,7 +1072,8 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     args = (x, routing.ids, routing.pairs, routing.first, routing.n_items, _weight_operand(w13, config), w13.scales,
             h, routing.n_pairs, routing.topk, D, I, w13.row_blocks)
     meta = dict(ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group, DEDUP=routing.dedup,
-                USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config), H_PARTS=parts, PAIRS=config.pairs,
+                USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config), H_PARTS=parts, H_BF16=config.h_bf16,
+                PAIRS=config.pairs,
                 PREFETCH=config.prefetch, WORDS=config.words, FOLD_BIAS=_fold_bias(w13, config),
                 WORD_ORDER=config.word_order, V_MASKED=config.v_masked, num_warps=config.num_warps)
     splits = _splits(gate_up_kernel, config, programs, routing, x.device, lambda: args, meta)
@@ -1070,26 +1084,29 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
 def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torch.dtype = torch.bfloat16,
          config: KernelConfig | None = None) -> torch.Tensor:
     """Kernel 2: out [B, D] = sum_j weights[b, j] * W2[ids[b, j]] @ h[b * topk + j], accumulated in fp32. h is fp32
-    [B * topk, I], or on the mt.dot path `gate_up(..., parts=True)`'s bf16 [2, B * topk, I]."""
+    [B * topk, I]; on the mt.dot path also `gate_up(..., parts=True)`'s bf16 [2, B * topk, I], or one bf16 part
+    [B * topk, I] (a gate_up config with h_bf16)."""
     _check_experts(w2, "w2")
     parts = h.dim() == 3
+    h_bf16 = h.dim() == 2 and h.dtype == torch.bfloat16
     P, I = h.shape[-2:]
-    if (P != routing.n_pairs or w2.k != I or h.dtype != (torch.bfloat16 if parts else torch.float32)
-            or (parts and h.shape[0] != 2)):
-        raise ValueError(f"h must be fp32 [B*k={routing.n_pairs}, I={w2.k}] or bf16 [2, B*k, I] parts, got "
-                         f"{h.dtype} {tuple(h.shape)}")
+    if (P != routing.n_pairs or w2.k != I or (parts and (h.dtype != torch.bfloat16 or h.shape[0] != 2))
+            or (not parts and h.dtype not in (torch.float32, torch.bfloat16))):
+        raise ValueError(f"h must be fp32 or bf16 [B*k={routing.n_pairs}, I={w2.k}], or bf16 [2, B*k, I] parts, "
+                         f"got {h.dtype} {tuple(h.shape)}")
     if routing.batch > MAX_BATCH:
         raise ValueError(f"moe decode handles batches up to {MAX_BATCH}, got {routing.batch}")
     D = w2.rows
     if config is None:
         config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH, kernel="down")
     _check_config(config)
-    if parts and not config.use_dot:
-        raise ValueError("h as bf16 parts is for the mt.dot path (the CUDA-core path takes fp32 h)")
+    if (parts or h_bf16) and not config.use_dot:
+        raise ValueError("h in bf16 (parts or one part) is for the mt.dot path (the CUDA-core path takes fp32 h)")
     programs = mt.cdiv(D, config.rows)
     meta = dict(ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
                 BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
-                FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, PAIRS=config.pairs, PREFETCH=config.prefetch,
+                FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, H_BF16=h_bf16, PAIRS=config.pairs,
+                PREFETCH=config.prefetch,
                 WORDS=config.words, FOLD_BIAS=_fold_bias(w2, config), WORD_ORDER=config.word_order,
                 V_MASKED=config.v_masked,
                 num_warps=config.num_warps)

@@ -35,6 +35,7 @@ from minitriton.kernels import warp_decode as wd
 # tighter and the tests hold them to that.
 BOUND_CUDA_CORES = 2e-6
 BOUND_DOT = 5e-5
+H16_BOUND = 4e-3  # h rounded to bf16 once (2**-9 relative per element), as triton_kernels does
 BOUND_ISSUE = 5e-3
 BOUND_BF16_OUT = 4e-3  # one bf16 rounding of each output element (2**-9 relative at most)
 
@@ -413,13 +414,39 @@ def test_moe_decode_shared_and_repeated_experts(interpret: None, use_dot: bool) 
     check_decode(Problem(12, D=64, I=48, E=6, k=2, seed=4, ids=ids), use_dot)
 
 
-@pytest.mark.parametrize("variant", [v for v in wd.DOT_VARIANTS if not v.endswith("_mixed")])  # mixed: replayed
+@pytest.mark.parametrize("variant", [v for v in wd.DOT_VARIANTS  # mixed: replayed; h16: its own bound, below
+                                     if not v.endswith("_mixed") and v not in wd.H16_VARIANTS])
 def test_dot_variants(interpret: None, variant: str) -> None:
     """Every mt.dot variant (v3; v4: weights in pairs, bias folded or not, bytes or int32 words, 1 or 2 steps
     prefetched) on rows with partial blocks and masked steps (D = 70, I = 38), and on whole steps with the prefetch
     clamped at the row's end over several steps (D = 768: 3 steps of 8 blocks, I = 32)."""
     check_decode(Problem(5, D=70, I=38, E=5, k=2, seed=70), use_dot=True, variant=variant)
     check_decode(Problem(3, D=768, I=32, E=4, k=2, seed=71), use_dot=True, variant=variant)
+
+
+@pytest.mark.parametrize("variant", sorted(wd.H16_VARIANTS))
+def test_h_in_one_bf16_part(interpret: None, variant: str) -> None:
+    """The opt-in h16 variants: gate_up writes h as one bf16 part [P, I] and down reads it (VMODE 0). Against the
+    float64 reference: h is the fp32 path's h rounded once to bf16, the output within H16_BOUND; and the output
+    agrees with the CUDA-core down kernel fed that same rounded h (in fp32)."""
+    p = Problem(5, D=768, I=64, E=4, k=2, seed=72)
+    w13, w2 = p.prepare()
+    ref_out, ref_h = p.reference()
+    routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=True)
+    c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, True, variant)
+    c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, True, variant, "down")
+    h = wd.gate_up(p.x, routing, w13, c13, parts=True)
+    assert h.dtype == torch.bfloat16 and h.shape == (routing.n_pairs, 64)
+    fp32 = wd.gate_up(p.x, routing, w13, dataclasses.replace(c13, h_bf16=False))
+    assert torch.equal(h, fp32.to(torch.bfloat16))  # the same h, rounded once
+    assert rel_err(h, ref_h) <= 2**-9 + BOUND_DOT
+    out = wd.down(h, routing, w2, torch.float32, c2)
+    assert rel_err(out, ref_out) <= H16_BOUND
+    fp32_h = wd.down(h.float(), routing, w2, torch.float32, dataclasses.replace(c2, use_dot=False, teams=1,
+                     blocks=32, num_warps=8, pairs=False, prefetch=1, words=False, fold_bias=None,
+                     word_order=False, min_blocks=None, rows=8))
+    assert rel_err(out, fp32_h) <= BOUND_DOT
+    assert rel_err(wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant=variant), ref_out) <= BOUND_BF16_OUT
 
 
 def test_default_variant_by_batch() -> None:

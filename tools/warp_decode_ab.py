@@ -41,6 +41,7 @@ from minitriton.kernels import warp_decode as wd  # noqa: E402
 
 CHECK_BOUND = 2e-2  # against dequantize-then-matmul, which rounds h and the products to bf16
 AGREE_BOUND = 1e-4  # fp32 outputs of two variants: the same math up to the summation order and bf16 parts of h
+AGREE_BOUND_H16 = 5e-3  # the opt-in h16 variants round h to one bf16 part (2**-9 relative per element)
 WEIGHTS_PER_STEP = 128  # an mt.dot K step: 16 rows x 256 weights per warp = 128 per thread
 
 
@@ -106,7 +107,8 @@ def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_
         for v in variants:
             out32 = variant_call(w13, w2, v, x, ids, weights, torch.float32)()
             err_ref, err_v3 = rel_err(out32, check), rel_err(out32, base)
-            if not (err_ref <= CHECK_BOUND and err_v3 <= AGREE_BOUND):
+            agree = AGREE_BOUND_H16 if v.partition("@")[0] in wd.H16_VARIANTS else AGREE_BOUND
+            if not (err_ref <= CHECK_BOUND and err_v3 <= agree):
                 row[v] = f"FAIL ({err_ref:.1e} / {err_v3:.1e})"
                 continue
             row[v] = time_call(variant_call(w13, w2, v, x, ids, weights), use_graph)
@@ -142,7 +144,8 @@ def format_table(rows: list[dict[str, Any]], variants: list[str], copy_bw: float
         cells.append(best or "-")
         cells.append(f"{tk / timed[best]:.2f}x" if best and isinstance(tk, float) else "-")
         lines.append(" | ".join(cells))
-    lines.append(f"checks: rel_err vs dequant_matmul <= {CHECK_BOUND}, vs v3 (fp32) <= {AGREE_BOUND}; "
+    lines.append(f"checks: rel_err vs dequant_matmul <= {CHECK_BOUND}, vs v3 (fp32) <= {AGREE_BOUND} "
+                 f"({AGREE_BOUND_H16} for the h16 variants); "
                  "targets: floor% >= 80 at B = 1, 4; tk/best >= 1.2x at B = 16, 64")
     return "\n".join(lines)
 
