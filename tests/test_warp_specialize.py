@@ -135,7 +135,7 @@ def test_jit_compiles_the_specialized_kernel_for_its_block_size() -> None:
 @needs_ptxas
 @pytest.mark.parametrize("block,warps,stages", [
     ((128, 256, 64), 8, 4), ((128, 256, 64), 8, 3), ((128, 128, 64), 8, 5), ((128, 128, 64), 8, 4),
-    ((64, 128, 64), 4, 3)])
+    ((256, 128, 64), 8, 3), ((64, 128, 64), 4, 3)])
 def test_specialized_configs_assemble(block: tuple[int, int, int], warps: int, stages: int) -> None:
     """As the JIT specializes 8192^3: wgmma, TMA, mbarriers and setmaxnreg present, named consumer barriers, 0 spills,
     no C7508 (setmaxnreg ignored) / C7514 (wgmma serialized) warnings; ptxas reports the entry register count
@@ -161,6 +161,7 @@ def test_specialized_configs_assemble(block: tuple[int, int, int], warps: int, s
     ((64, 128, 64), 4, 3, (70, 200, 300)),     # one consumer warpgroup; 5 K steps over 3 slots; K ragged
     ((128, 128, 64), 8, 4, (130, 140, 300)),   # two consumer warpgroups (2 arrivals per empty phase)
     ((128, 256, 64), 8, 4, (150, 270, 200)),   # m64n256; the epilogue's exchange on the named barrier
+    ((256, 128, 64), 8, 3, (260, 140, 200)),   # two m-blocks per consumer warpgroup (tools/gemm_ab.py's 256 x 128)
 ])
 @pytest.mark.parametrize("policy", ["round_robin", "greedy"])
 def test_simulated_warp_specialized_matmul_matches_torch(block: tuple[int, int, int], warps: int, stages: int,
