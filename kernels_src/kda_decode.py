@@ -831,6 +831,202 @@ kda_decode_t1_kernel_4w = mt.kernel(min_blocks_per_sm=4)(kda_decode_t1_kernel.fn
 
 
 
+# ------------------------------------------------------------------------------------------- chunked (WY) step
+
+
+@mt.func
+def _raw_at(pos, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs, C: mt.constexpr,
+            DRAFT_COL: mt.constexpr, WIDTH: mt.constexpr, ROW: mt.constexpr):
+    """[R, WIDTH] raw inputs (fp32) of one projection at sequence positions `pos` [R]: the committed conv window at
+    -3..-1 (its channels `ch`), replayed draft j at j < n_replay (draft cache column DRAFT_COL on), this step's
+    token t at n_replay + t (`src_ptr`, rows of WIDTH); 0 past the step's last token."""
+    full = offs[None, :] >= 0
+    t = pos - n_replay
+    in_w = (pos < 0)[:, None] & full
+    in_d = ((pos >= 0) & (pos < n_replay))[:, None] & full
+    in_t = ((t >= 0) & (t < T))[:, None] & full
+    xw = mt.load(conv_base + (mt.maximum(pos, -3) + 3)[:, None] * C + ch[None, :], mask=in_w, other=0.0)
+    xd = mt.load(draft_proj_ptr + (draft0 + mt.maximum(pos, 0) * H)[:, None] * ROW + DRAFT_COL + offs[None, :],
+                 mask=in_d, other=0.0)
+    xt = mt.load(src_ptr + (tok0 + mt.maximum(t, 0) * H)[:, None] * WIDTH + offs[None, :], mask=in_t, other=0.0)
+    return xw.to(mt.float32) + xd.to(mt.float32) + xt.to(mt.float32)
+
+
+@mt.func
+def _conv_at(pos, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs, taps_ptr,
+             C: mt.constexpr, DRAFT_COL: mt.constexpr, WIDTH: mt.constexpr, ROW: mt.constexpr):
+    """Conv + SiLU at positions `pos`: taps 0..3 on the raw inputs of pos - 3 .. pos (`_raw_at`)."""
+    w0, w1, w2, w3 = _load_taps(taps_ptr)
+    y = (w0[None, :] * _raw_at(pos - 3, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
+                               C, DRAFT_COL, WIDTH, ROW)
+         + w1[None, :] * _raw_at(pos - 2, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
+                                 C, DRAFT_COL, WIDTH, ROW)
+         + w2[None, :] * _raw_at(pos - 1, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
+                                 C, DRAFT_COL, WIDTH, ROW)
+         + w3[None, :] * _raw_at(pos, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
+                                 C, DRAFT_COL, WIDTH, ROW))
+    return y * _sigmoid(y)
+
+
+@mt.func
+def _token_tile(pos, valid, n_replay, T, conv_base, draft_proj_ptr, draft_beta_ptr, draft0, q_ptr, k_ptr, v_ptr,
+                f_ptr, beta_ptr, tok0, H, offs_k, offs_v, ch_q, ch_k, ch_v, conv_w_ptr, dt_bias, a_coef, scale,
+                lower_bound, C: mt.constexpr, K: mt.constexpr, V: mt.constexpr, ROW: mt.constexpr):
+    """The state-independent vectors of the tokens at `pos` [R] (rows where `valid`): q^ (L2-normalized, scaled),
+    k^ (L2-normalized), v (conv + SiLU), the log-decay g (0 on invalid rows) and beta (0 on invalid rows)."""
+    qq = _conv_at(pos, n_replay, T, conv_base, ch_q, draft_proj_ptr, draft0, q_ptr, tok0, H, offs_k,
+                  conv_w_ptr + ch_q * 4, C, 0, K, ROW)
+    kk = _conv_at(pos, n_replay, T, conv_base, ch_k, draft_proj_ptr, draft0, k_ptr, tok0, H, offs_k,
+                  conv_w_ptr + ch_k * 4, C, K, K, ROW)
+    vv = _conv_at(pos, n_replay, T, conv_base, ch_v, draft_proj_ptr, draft0, v_ptr, tok0, H, offs_v,
+                  conv_w_ptr + ch_v * 4, C, 2 * K, V, ROW)
+    f = _raw_at(pos, n_replay, T, conv_base, ch_k, draft_proj_ptr, draft0, f_ptr, tok0, H, offs_k, C, 2 * K + V, K,
+                ROW)
+    t = pos - n_replay
+    raw_b = (mt.load(draft_beta_ptr + draft0 + mt.maximum(pos, 0) * H, mask=(pos >= 0) & (pos < n_replay),
+                     other=0.0).to(mt.float32)
+             + mt.load(beta_ptr + tok0 + mt.maximum(t, 0) * H, mask=(t >= 0) & (t < T), other=0.0).to(mt.float32))
+    qh = qq * (mt.rsqrt(mt.sum(qq * qq, axis=1) + QK_NORM_EPS) * scale)[:, None]
+    kh = kk * mt.rsqrt(mt.sum(kk * kk, axis=1) + QK_NORM_EPS)[:, None]
+    g = mt.where(valid[:, None], _log_decay(f, dt_bias[None, :], a_coef, lower_bound), 0.0)
+    return qh, kh, vv, g, mt.where(valid, _sigmoid(raw_b), 0.0)
+
+
+@mt.func
+def _chunk_solve(kh, g, beta, valid):
+    """The WY pieces of one chunk (kda_chunked_reference): (k^ e^Gamma, k^ e^-Gamma, (I + diag(beta) tril(A,-1))^-1,
+    Gamma_last). |Gamma| <= rows * |lower_bound| <= CHUNK_MAX_LOG_DECAY (the host checks), so e^-Gamma stays in
+    fp32's range."""
+    cum = mt.cumsum(g, axis=0)
+    kp = kh * mt.exp(cum)
+    km = kh * mt.exp(-cum)
+    rr = mt.arange(0, kh.shape[0])
+    lower = (rr[:, None] > rr[None, :]) & valid[:, None] & valid[None, :]
+    amat = mt.where(lower, mt.dot(kp, mt.trans(km)), 0.0)
+    eye = (rr[:, None] == rr[None, :]).to(mt.float32)
+    n_mat = -(beta[:, None] * amat)  # (I - N)^-1 = (I + diag(beta) tril(A, -1))^-1
+    power = n_mat
+    inv = eye + n_mat
+    for _ in mt.static_range(3):  # N^16 = 0 for a chunk of at most 16 rows: (I + N)(I + N^2)(I + N^4)(I + N^8)
+        power = mt.dot(power, power)
+        inv = inv + mt.dot(inv, power)
+    return kp, km, inv, mt.sum(g, axis=0)
+
+
+@mt.func
+def _chunk_deltas_t(S, kp, vv, beta, tinv):
+    """D^T [V, R]: the chunk's deltas from the state S [V, K] it starts from."""
+    rhs = (mt.trans(vv) - mt.dot(S, mt.trans(kp))) * beta[None, :]
+    return mt.dot(rhs, mt.trans(tinv))
+
+
+@mt.func
+def _row0(x):
+    """Row 0 of a [R, W] tile, as [W]."""
+    rr = mt.arange(0, x.shape[0])
+    return mt.sum(mt.where((rr == 0)[:, None], x, 0.0), axis=0)
+
+
+@mt.kernel(min_blocks_per_sm=1)
+def kda_decode_chunked_kernel(
+        q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
+        state_ptr, conv_state_ptr, draft_proj_ptr, draft_beta_ptr, state_idx_ptr, num_accepted_ptr,
+        conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
+        scale, lower_bound, norm_eps, renorm_every,
+        H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
+        TR: mt.constexpr, TN: mt.constexpr):
+    """The step for T > 1 in chunked (WY) form (variant `chunked`; the algebra and its float64 statement:
+    kda_chunked_reference.py). Program (h, b): the replayed drafts as one chunk of TR rows, then the T new tokens as
+    one chunk of TN rows, each: the tokens' vectors as [R, K] tiles (conv straight from the window, draft cache
+    and inputs), A = (k^ e^G)(k^ e^-G)^T, the unit-lower inverse by doubling, then against the [V, K] state
+    D^T = (v - S k^)^T beta T^-T, the outputs S q^ + D^T tril(B)^T and the rank-R update. The state is read once
+    and written once (after the first new token); no per-token pass over it. renorm_every is unused (the chunk
+    form needs no deferred decay)."""
+    h = mt.program_id(0)
+    b = mt.program_id(1)
+    T = NUM_DRAFTS + 1
+    C = 2 * H * K + H * V
+    ROW = 3 * K + V
+    slot = mt.load(state_idx_ptr + b)
+    if slot >= 0:
+        slot64 = slot.to(mt.int64)
+        n_replay = _replay_count(num_accepted_ptr, b, MAX_DRAFTS)
+        offs_k, offs_v, ch_q, ch_k, ch_v = _head_channels(h, H, K, V)
+        dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
+        a_coef = mt.exp(mt.load(a_log_ptr + h))
+        conv_base = conv_state_ptr + slot64 * (3 * C)
+        draft0 = (slot64 * MAX_DRAFTS) * H + h
+        tok0 = (b * T) * H + h
+        state_at = state_ptr + (slot64 * H + h) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
+        S = mt.load(state_at)
+
+        # the replayed drafts: positions 0 .. n_replay - 1
+        pos_r = mt.arange(0, TR)
+        ok_r = pos_r < n_replay
+        _, kh, vv, g, beta = _token_tile(pos_r, ok_r, n_replay, T, conv_base, draft_proj_ptr, draft_beta_ptr, draft0,
+                                         q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, tok0, H, offs_k, offs_v, ch_q, ch_k,
+                                         ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V, ROW)
+        kp, km, tinv, last = _chunk_solve(kh, g, beta, ok_r)
+        d_t = _chunk_deltas_t(S, kp, vv, beta, tinv)
+        decay = mt.exp(last)
+        S = S * decay[None, :] + mt.dot(d_t, km * decay[None, :])
+
+        # the new tokens: positions n_replay .. n_replay + T - 1
+        tt = mt.arange(0, TN)
+        ok_n = tt < T
+        qh, kh, vv, g, beta = _token_tile(n_replay + tt, ok_n, n_replay, T, conv_base, draft_proj_ptr, draft_beta_ptr,
+                                          draft0, q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, tok0, H, offs_k, offs_v,
+                                          ch_q, ch_k, ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V,
+                                          ROW)
+        kp, km, tinv, last = _chunk_solve(kh, g, beta, ok_n)
+        d_t = _chunk_deltas_t(S, kp, vv, beta, tinv)
+        qp = qh * mt.exp(mt.cumsum(g, axis=0))
+        upper = (tt[:, None] >= tt[None, :]) & ok_n[:, None] & ok_n[None, :]
+        bmat = mt.where(upper, mt.dot(qp, mt.trans(km)), 0.0)
+        o_t = mt.dot(S, mt.trans(qp)) + mt.dot(d_t, mt.trans(bmat))  # [V, TN]: o of token t in column t
+        committed = S * mt.exp(_row0(g))[None, :] + _row0(mt.trans(d_t))[:, None] * _row0(kh)[None, :]
+
+        # gated RMSNorm per token (columns), then o [B, T, H, V]
+        o_at = (tok0 + tt * H)[None, :] * V + offs_v[:, None]
+        o_ok = ok_n[None, :] & (offs_v[:, None] >= 0)
+        gate = mt.load(gate_ptr + o_at, mask=o_ok, other=0.0).to(mt.float32)
+        norm_w = mt.load(o_norm_w_ptr + offs_v)
+        rms = mt.rsqrt(mt.sum(o_t * o_t, axis=0) / V + norm_eps)
+        mt.store(o_ptr + o_at, o_t * rms[None, :] * norm_w[:, None] * _sigmoid(gate), mask=o_ok)
+
+        # the committed conv window (positions n_replay - 2 .. n_replay), read before anyone overwrites the window
+        w3 = mt.arange(0, 4)
+        win_pos = n_replay - 2 + w3
+        win_q = _raw_at(win_pos, n_replay, T, conv_base, ch_q, draft_proj_ptr, draft0, q_ptr, tok0, H, offs_k, C, 0,
+                        K, ROW)
+        win_k = _raw_at(win_pos, n_replay, T, conv_base, ch_k, draft_proj_ptr, draft0, k_ptr, tok0, H, offs_k, C, K,
+                        K, ROW)
+        win_v = _raw_at(win_pos, n_replay, T, conv_base, ch_v, draft_proj_ptr, draft0, v_ptr, tok0, H, offs_v, C,
+                        2 * K, V, ROW)
+        mt.barrier()  # every thread's reads of the window and the draft rows are done before they are overwritten
+        mt.store(state_at, committed)
+        w_ok = w3 < 3
+        mt.store(conv_base + w3[:, None] * C + ch_q[None, :], win_q, mask=w_ok[:, None] & (offs_k[None, :] >= 0))
+        mt.store(conv_base + w3[:, None] * C + ch_k[None, :], win_k, mask=w_ok[:, None] & (offs_k[None, :] >= 0))
+        mt.store(conv_base + w3[:, None] * C + ch_v[None, :], win_v, mask=w_ok[:, None] & (offs_v[None, :] >= 0))
+        # this step's drafts t = 1 .. T - 1, raw, for the next step's replay
+        new_draft = (tt >= 1) & ok_n
+        tok_rows = tok0 + mt.minimum(tt, T - 1) * H
+        draft_rows = draft_proj_ptr + (draft0 + mt.maximum(tt - 1, 0) * H)[:, None] * ROW
+        mk = new_draft[:, None] & (offs_k[None, :] >= 0)
+        mv = new_draft[:, None] & (offs_v[None, :] >= 0)
+        mt.store(draft_rows + offs_k[None, :], mt.load(q_ptr + tok_rows[:, None] * K + offs_k[None, :], mask=mk),
+                 mask=mk)
+        mt.store(draft_rows + K + offs_k[None, :], mt.load(k_ptr + tok_rows[:, None] * K + offs_k[None, :], mask=mk),
+                 mask=mk)
+        mt.store(draft_rows + 2 * K + offs_v[None, :], mt.load(v_ptr + tok_rows[:, None] * V + offs_v[None, :],
+                                                               mask=mv), mask=mv)
+        mt.store(draft_rows + 2 * K + V + offs_k[None, :], mt.load(f_ptr + tok_rows[:, None] * K + offs_k[None, :],
+                                                                   mask=mk), mask=mk)
+        mt.store(draft_beta_ptr + draft0 + mt.maximum(tt - 1, 0) * H, mt.load(beta_ptr + tok_rows, mask=new_draft),
+                 mask=new_draft)
+
+
 @dataclass(frozen=True)
 class Variant:
     """Which kernel runs a step, and how (host-selectable for A/B runs: kda_decode_step(..., variant=NAME)).
@@ -859,7 +1055,12 @@ VARIANTS: dict[str, Variant] = {
     "loop": Variant("kda_decode_step_kernel", 8, 8, 1, 1, "kda_decode_step_kernel", 8),  # the 18:55 kernel
     "loop_nocap": Variant("kda_decode_step_kernel_uncapped", 8, 8, 1, 1,
                           "kda_decode_step_kernel_uncapped", 8),  # the general kernel without the register cap
+    # k >= 1 in chunked (WY) form: the state read once, no per-token pass (not yet timed)
+    "chunked": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8),
 }
+# The chunked kernel factors e^(G_i - G_j) as e^G_i e^-G_j: a chunk's cumulative log-decay must stay inside fp32's
+# exponent range (rows x |lower_bound| <= CHUNK_MAX_LOG_DECAY), else the step runs the loop kernel.
+CHUNK_MAX_LOG_DECAY = 80.0
 # The default is the fastest measured (tools/kda_decode_ab.py, H200, 2026-11-29 22:17 UTC; docs/kernels/kda_decode.md):
 # k=0 streamed with 32-lane rows and two V chunks in flight, 112.5 us at B256 H12 (loop 187.6, fla T1 130.7);
 # k >= 1 the loop kernel (443.2 us at k=7 a=7; the L2-scratch kernels measured slower: 654.7 / 789.2).
@@ -1018,11 +1219,27 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         kernel[(programs,)](*args, scratch, bsz * h, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          KL=lanes_k, KV=vec_k, VC=state_chunk_rows(vd, num_warps, lanes_k, chosen.rows),
                          TP=scratch_tokens(cache.max_drafts, t), TN=1 << (t - 1).bit_length(), num_warps=num_warps)
+    elif kernel_name == "kda_decode_chunked_kernel" and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
+        kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
+                         TR=_pow2_at_least(cache.max_drafts), TN=_pow2_at_least(t), num_warps=num_warps)
     else:
+        if kernel_name == "kda_decode_chunked_kernel":  # chunks too long for the factored decay: the loop kernel
+            kernel = kda_decode_step_kernel
         lanes_k, vec_k = state_k_split(kd)
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, KL=lanes_k,
                          KV=vec_k, num_warps=num_warps)
     return out
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _chunks_fit(max_drafts: int, tokens: int, lower_bound: float) -> bool:
+    """Whether kda_decode_chunked_kernel takes the step: chunks of at most 16 rows (its inverse's three doublings)
+    whose cumulative log-decay stays within CHUNK_MAX_LOG_DECAY."""
+    rows = max(_pow2_at_least(max_drafts), _pow2_at_least(tokens))
+    return rows <= 16 and rows * -lower_bound <= CHUNK_MAX_LOG_DECAY
 
 
 # K3 layer shapes (96 heads of 128), bf16 activations, pointers 16-byte aligned as at run time
@@ -1037,6 +1254,8 @@ for _drafts in (0, 7):  # no speculation (the general kernel, variant "loop") an
                                       KL=8, KV=4, num_warps=8)
 kda_decode_t1_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, MAX_DRAFTS=7, KL=8, KV=4, VC=32,
                                 PREFETCH=1, num_warps=8)
+kda_decode_chunked_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, TR=8,
+                                     TN=8, num_warps=8)  # variant chunked, 7 drafts
 for _rows in (1, 2):  # variants stream_scratch (chunks of 32 rows) and stream_scratch_vc64 (64 rows), 7 drafts
     kda_decode_scratch_kernel.specialize(signature=_K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", H=96,
                                          K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, VC=32 * _rows, TP=16,

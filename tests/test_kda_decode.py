@@ -275,6 +275,41 @@ def test_scratch_kernel_step_matches_torch_step_including_the_cache(interpret: N
     check_step_against_torch(17, 32, 64, 5, [5, 2, 0, 3], variant="stream_scratch")
 
 
+@pytest.mark.parametrize("kd,vd,dtype,drafts,steps", [
+    (16, 16, torch.bfloat16, 3, 20),  # chunks of 4 rows (TR = TN = 4)
+    (32, 64, torch.float32, 7, 8),  # chunks of 8 rows, fp32: the WY form against the recurrence to 2e-5
+])
+def test_chunked_kernel_spec_decode(interpret: None, kd: int, vd: int, dtype: torch.dtype, drafts: int,
+                                    steps: int) -> None:
+    """`kda_decode_chunked_kernel` (variant "chunked": the replayed drafts and the new tokens as two WY chunks,
+    kda_chunked_reference.py) through the simulator: random acceptance (0, all, mixed), padding rows, requests
+    moving between rows."""
+    step = functools.partial(kda_decode_step, variant="chunked")
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=kd, head_v_dim=vd, num_drafts=drafts, steps=steps,
+                               dtype=dtype, seed=18)
+    if dtype == torch.bfloat16:
+        assert rep.output_error <= 1e-2 and rep.state_error <= 2e-3 and rep.conv_error == 0, rep
+    else:
+        assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+    assert 0 in rep.accepted_counts and drafts in rep.accepted_counts and rep.padding_rows > 0
+
+
+def test_chunked_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
+    """"chunked", 5 drafts (5 / 2 / 0 / 3 accepted), K = 32, V = 64."""
+    check_step_against_torch(19, 32, 64, 5, [5, 2, 0, 3], variant="chunked")
+
+
+def test_chunked_kernel_falls_back_when_the_decay_would_overflow(interpret: None) -> None:
+    """Chunks whose cumulative log-decay could pass CHUNK_MAX_LOG_DECAY (e^-G would overflow fp32) run the loop
+    kernel instead; K3's floor (-5) with 8-row chunks takes the chunked kernel."""
+    assert kda_decode._chunks_fit(7, 8, -5.0) and not kda_decode._chunks_fit(7, 8, -20.0)
+    assert not kda_decode._chunks_fit(31, 8, -1.0)  # 32 rows: more than the inverse's doublings cover
+    step = functools.partial(kda_decode_step, variant="chunked")
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=16, head_v_dim=16, num_drafts=5, steps=6,
+                               dtype=torch.float32, seed=21, lower_bound=-20.0)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+
+
 @pytest.mark.parametrize("variant", [None, "stream_scratch"])
 def test_kernel_num_accepted_int64_and_clamped(interpret: None, variant: str | None) -> None:
     """num_accepted may be int64; values past the draft cache are clamped to it (never read out of bounds)."""
@@ -545,7 +580,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 @pytest.mark.parametrize("batch,heads,drafts,variant", [
     (256, 12, 7, None), (64, 96, 3, None), (64, 96, 7, None), (256, 12, 0, None), (64, 96, 0, "stream_w4"),
     (64, 96, 0, "stream_l32_pf2"), (64, 96, 0, "stream_l32"), (256, 12, 7, "stream_scratch"),
-    (64, 96, 3, "stream_scratch"), (64, 96, 7, "stream_scratch_vc64")])
+    (64, 96, 3, "stream_scratch"), (64, 96, 7, "stream_scratch_vc64"), (256, 12, 7, "chunked"),
+    (64, 96, 3, "chunked")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
@@ -558,7 +594,7 @@ def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch")])
+@pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch"), (7, "chunked")])
 def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int,
                                                        variant: str | None) -> None:
     """Capture one step, change the accepted counts and slots in place, replay: equals an eager step (k = 0: the
