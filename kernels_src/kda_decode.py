@@ -921,6 +921,17 @@ def _chunk_deltas_t(S, kp, vv, beta, tinv):
 
 
 @mt.func
+def _state_half(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, kp, vv, beta, tinv, qp, bmat_t, first_decay,
+                k_first):
+    """Rows of the state [VH, K] through the step: the replay chunk, then the new-token chunk's outputs [VH, TN]
+    and the committed rows (after the first new token). Every row of the state evolves on its own."""
+    S = S * decay_r[None, :] + mt.dot(_chunk_deltas_t(S, kp_r, vv_r, beta_r, tinv_r), kend_r)
+    d_t = _chunk_deltas_t(S, kp, vv, beta, tinv)
+    o_t = mt.dot(S, mt.trans(qp)) + mt.dot(d_t, bmat_t)
+    return o_t, S * first_decay[None, :] + _row0(mt.trans(d_t))[:, None] * k_first[None, :]
+
+
+@mt.func
 def _row0(x):
     """Row 0 of a [R, W] tile, as [W]."""
     rr = mt.arange(0, x.shape[0])
@@ -940,8 +951,9 @@ def kda_decode_chunked_kernel(
     one chunk of TN rows, each: the tokens' vectors as [R, K] tiles (conv straight from the window, draft cache
     and inputs), A = (k^ e^G)(k^ e^-G)^T, the unit-lower inverse by doubling, then against the [V, K] state
     D^T = (v - S k^)^T beta T^-T, the outputs S q^ + D^T tril(B)^T and the rank-R update. The state is read once
-    and written once (after the first new token); no per-token pass over it. renorm_every is unused (the chunk
-    form needs no deferred decay)."""
+    and written once (after the first new token), in two halves of V / 2 rows (every row evolves on its own; half
+    the registers: 24 B of spills at K3 instead of 356); no per-token pass over it. renorm_every is unused (the
+    chunk form needs no deferred decay)."""
     h = mt.program_id(0)
     b = mt.program_id(1)
     T = NUM_DRAFTS + 1
@@ -957,8 +969,8 @@ def kda_decode_chunked_kernel(
         conv_base = conv_state_ptr + slot64 * (3 * C)
         draft0 = (slot64 * MAX_DRAFTS) * H + h
         tok0 = (b * T) * H + h
-        state_at = state_ptr + (slot64 * H + h) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
-        S = mt.load(state_at)
+        # the state in two halves of V / 2 rows, one after the other (the chunk algebra is per row of the state)
+        half_at = (state_ptr + (slot64 * H + h) * (V * K) + mt.arange(0, V // 2)[:, None] * K + offs_k[None, :])
 
         # the replayed drafts: positions 0 .. n_replay - 1
         pos_r = mt.arange(0, TR)
@@ -966,10 +978,10 @@ def kda_decode_chunked_kernel(
         _, kh, vv, g, beta = _token_tile(pos_r, ok_r, n_replay, T, conv_base, draft_proj_ptr, draft_beta_ptr, draft0,
                                          q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, tok0, H, offs_k, offs_v, ch_q, ch_k,
                                          ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V, ROW)
-        kp, km, tinv, last = _chunk_solve(kh, g, beta, ok_r)
-        d_t = _chunk_deltas_t(S, kp, vv, beta, tinv)
-        decay = mt.exp(last)
-        S = S * decay[None, :] + mt.dot(d_t, km * decay[None, :])
+        kp_r, km_r, tinv_r, last = _chunk_solve(kh, g, beta, ok_r)
+        decay_r = mt.exp(last)
+        kend_r = km_r * decay_r[None, :]
+        vv_r, beta_r = vv, beta
 
         # the new tokens: positions n_replay .. n_replay + T - 1
         tt = mt.arange(0, TN)
@@ -979,12 +991,18 @@ def kda_decode_chunked_kernel(
                                           ch_q, ch_k, ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V,
                                           ROW)
         kp, km, tinv, last = _chunk_solve(kh, g, beta, ok_n)
-        d_t = _chunk_deltas_t(S, kp, vv, beta, tinv)
         qp = qh * mt.exp(mt.cumsum(g, axis=0))
         upper = (tt[:, None] >= tt[None, :]) & ok_n[:, None] & ok_n[None, :]
-        bmat = mt.where(upper, mt.dot(qp, mt.trans(km)), 0.0)
-        o_t = mt.dot(S, mt.trans(qp)) + mt.dot(d_t, mt.trans(bmat))  # [V, TN]: o of token t in column t
-        committed = S * mt.exp(_row0(g))[None, :] + _row0(mt.trans(d_t))[:, None] * _row0(kh)[None, :]
+        bmat_t = mt.trans(mt.where(upper, mt.dot(qp, mt.trans(km)), 0.0))
+        first_decay = mt.exp(_row0(g))
+        k_first = _row0(kh)
+        o_lo, com_lo = _state_half(mt.load(half_at), kp_r, vv_r[:, 0:V // 2], beta_r, tinv_r, decay_r, kend_r, kp,
+                                   vv[:, 0:V // 2], beta, tinv, qp, bmat_t, first_decay, k_first)
+        mt.barrier()  # every thread has loaded its rows of the low half: they may be overwritten
+        mt.store(half_at, com_lo)
+        o_hi, com_hi = _state_half(mt.load(half_at + (V // 2) * K), kp_r, vv_r[:, V // 2:V], beta_r, tinv_r, decay_r,
+                                   kend_r, kp, vv[:, V // 2:V], beta, tinv, qp, bmat_t, first_decay, k_first)
+        o_t = mt.cat([o_lo, o_hi], 0)  # [V, TN]: o of token t in column t
 
         # gated RMSNorm per token (columns), then o [B, T, H, V]
         o_at = (tok0 + tt * H)[None, :] * V + offs_v[:, None]
@@ -1004,7 +1022,7 @@ def kda_decode_chunked_kernel(
         win_v = _raw_at(win_pos, n_replay, T, conv_base, ch_v, draft_proj_ptr, draft0, v_ptr, tok0, H, offs_v, C,
                         2 * K, V, ROW)
         mt.barrier()  # every thread's reads of the window and the draft rows are done before they are overwritten
-        mt.store(state_at, committed)
+        mt.store(half_at + (V // 2) * K, com_hi)
         w_ok = w3 < 3
         mt.store(conv_base + w3[:, None] * C + ch_q[None, :], win_q, mask=w_ok[:, None] & (offs_k[None, :] >= 0))
         mt.store(conv_base + w3[:, None] * C + ch_k[None, :], win_k, mask=w_ok[:, None] & (offs_k[None, :] >= 0))
@@ -1025,6 +1043,9 @@ def kda_decode_chunked_kernel(
                                                                    mask=mk), mask=mk)
         mt.store(draft_beta_ptr + draft0 + mt.maximum(tt - 1, 0) * H, mt.load(beta_ptr + tok_rows, mask=new_draft),
                  mask=new_draft)
+
+
+kda_decode_chunked_kernel_2cta = mt.kernel(min_blocks_per_sm=2)(kda_decode_chunked_kernel.fn)
 
 
 @dataclass(frozen=True)
@@ -1055,8 +1076,10 @@ VARIANTS: dict[str, Variant] = {
     "loop": Variant("kda_decode_step_kernel", 8, 8, 1, 1, "kda_decode_step_kernel", 8),  # the 18:55 kernel
     "loop_nocap": Variant("kda_decode_step_kernel_uncapped", 8, 8, 1, 1,
                           "kda_decode_step_kernel_uncapped", 8),  # the general kernel without the register cap
-    # k >= 1 in chunked (WY) form: the state read once, no per-token pass (not yet timed)
+    # k >= 1 in chunked (WY) form: the state read once, no per-token pass (not yet timed). K3 ptxas: 255 registers
+    # and 24 B of spills (one program per SM), or capped at 128 for two per SM (244 B of spills)
     "chunked": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8),
+    "chunked_2cta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel_2cta", 8),
 }
 # The chunked kernel factors e^(G_i - G_j) as e^G_i e^-G_j: a chunk's cumulative log-decay must stay inside fp32's
 # exponent range (rows x |lower_bound| <= CHUNK_MAX_LOG_DECAY), else the step runs the loop kernel.
@@ -1219,11 +1242,11 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         kernel[(programs,)](*args, scratch, bsz * h, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          KL=lanes_k, KV=vec_k, VC=state_chunk_rows(vd, num_warps, lanes_k, chosen.rows),
                          TP=scratch_tokens(cache.max_drafts, t), TN=1 << (t - 1).bit_length(), num_warps=num_warps)
-    elif kernel_name == "kda_decode_chunked_kernel" and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
+    elif kernel_name.startswith("kda_decode_chunked") and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          TR=_pow2_at_least(cache.max_drafts), TN=_pow2_at_least(t), num_warps=num_warps)
     else:
-        if kernel_name == "kda_decode_chunked_kernel":  # chunks too long for the factored decay: the loop kernel
+        if kernel_name.startswith("kda_decode_chunked"):  # chunks too long for the factored decay: the loop kernel
             kernel = kda_decode_step_kernel
         lanes_k, vec_k = state_k_split(kd)
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, KL=lanes_k,
