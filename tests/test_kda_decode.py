@@ -566,7 +566,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (256, 12, 7, None), (64, 96, 3, None), (64, 96, 7, None), (256, 12, 0, None), (64, 96, 0, "stream_w4"),
     (64, 96, 0, "stream_l32_pf2"), (64, 96, 0, "stream_l32"), (256, 12, 7, "stream_scratch"),
     (64, 96, 3, "stream_scratch"), (64, 96, 7, "stream_scratch_vc64"), (256, 12, 7, "chunked"),
-    (64, 96, 3, "chunked")])
+    (64, 96, 3, "chunked"), (64, 96, 7, "chunked_2cta")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
