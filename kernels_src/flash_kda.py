@@ -53,6 +53,10 @@ INTRA_VARIANT = "sliced"
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recurrence_warps)
+# Phase 2's dot operands through carried pointers, so the pipeline pass rings them (kda_recurrence_kernel CARRIED).
+# Off: not yet timed. At K3 the output recurrence then has cp.async rings 3 deep (124 KB of dynamic shared memory)
+# and 628 B of spills (480 without); the PTX simulator matches the interpreter (tests/test_flash_kda.py).
+RECURRENCE_CARRIED = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
 STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
@@ -475,8 +479,12 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                           H, h0_sn, h0_sh, h0_sk, h0_sv, ht_sn, ht_sh, ht_sk, ht_sv,
                           K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, BV: mt.constexpr,
                           TRANSITION: mt.constexpr, HAS_H0: mt.constexpr, STORE_HT: mt.constexpr,
-                          STATE_PRECISION: mt.constexpr):
+                          STATE_PRECISION: mt.constexpr, CARRIED: mt.constexpr = False):
     """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
+
+    CARRIED (RECURRENCE_CARRIED): the dot operands w, qg, Aqk are read through carried pointer tiles advanced a chunk
+    per iteration, which the pipeline pass streams through cp.async rings num_stages deep (in dynamic shared
+    memory at K3); otherwise each chunk indexes them from its row (the form measured on 2026-11-29).
 
     w S and qg S take the state rounded to bf16, Aqk v_new takes v_new in bf16; the state update kg^T v_new runs
     in STATE_PRECISION ("tf32": f32 v_new, half the tensor-core rate; "bf16": v_new rounded to bf16).
@@ -511,12 +519,24 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                             + cols[None, :] * h0_sv)
         else:
             state = mt.zeros((K, BV), mt.float32)
+    if CARRIED:
+        rt_h0 = rt * H
+        base0 = start.to(mt.int64) * H + h
+        row_k = rt_h0[:, None] * K + mt.arange(0, K)[None, :]
+        w_ptrs = w_ptr + base0 * K + row_k
+        if not TRANSITION:
+            qg_ptrs = qg_ptr + base0 * K + row_k
+            aqk_ptrs = aqk_ptr + base0 * BT + (rt_h0[:, None] * BT + rt[None, :])
     for t0 in range(start, end, BT):
         valid = t0 + rt < end
         # 64-bit only in the chunk's scalar base row; in-chunk offsets are i32 (fewer registers per element)
         base = t0.to(mt.int64) * H + h
         rt_h = rt * H
-        w = mt.load(w_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
+        if CARRIED:
+            w = mt.load(w_ptrs, mask=valid[:, None], other=0.0)
+            w_ptrs += BT * H * K
+        else:
+            w = mt.load(w_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
         kg_t = mt.load(kg_ptr + base * K + (rt_h[None, :] * K + rk[:, None]), mask=valid[None, :], other=0.0)
         u = mt.load(u_ptr + base * V + (rt_h[:, None] * V + u_cols[None, :]), mask=valid[:, None] & u_on[None, :],
                     other=0.0).to(mt.float32)
@@ -526,8 +546,15 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         v_new = u - mt.dot(w, state_lo)
         v_lo = v_new.to(mt.bfloat16)
         if not TRANSITION:
-            qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
-            aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None], other=0.0)
+            if CARRIED:
+                qg = mt.load(qg_ptrs, mask=valid[:, None], other=0.0)
+                aqk = mt.load(aqk_ptrs, mask=valid[:, None], other=0.0)
+                qg_ptrs += BT * H * K
+                aqk_ptrs += BT * H * BT
+            else:
+                qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
+                aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None],
+                              other=0.0)
             o = mt.dot(aqk, v_lo, mt.dot(qg, state_lo))
             mt.store(o_ptr + base * V + (rt_h[:, None] * V + cols[None, :]), o, mask=valid[:, None])
         if STATE_PRECISION == "tf32":  # v_new keeps 11 bits instead of 8 in the state it accumulates into
@@ -833,7 +860,7 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         f["w"], f["u"], f["kg"], f["qg"], f["aqk"], f["decay"], o if o is not None else f["u"],
         h0 if h0 is not None else spare, ht if ht is not None else spare, segments,
         H, *h0_strides, *ht_strides), K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
-        STORE_HT=ht is not None, STATE_PRECISION=STATE_PRECISION,
+        STORE_HT=ht is not None, STATE_PRECISION=STATE_PRECISION, CARRIED=RECURRENCE_CARRIED,
         num_warps=recurrence_warps(programs, _num_sms(segments.device)))
 
 

@@ -233,6 +233,8 @@ class AxisAnalysis:
             grow = [s != t for s, t in zip(src, shape)]
             return AxisInfo(tuple(1 if g else c for g, c in zip(grow, a.contiguity)), a.divisibility,
                             tuple(t if g else k for g, t, k in zip(grow, shape, a.constancy)))
+        if name == "mt.convert_layout":  # a layout change moves values between threads; the values stay
+            return ins[0]
         if name == "mt.expand_dims":
             a, ax = ins[0], op.attrs["axis"]
             ins_at = lambda t, x: t[:ax] + (x,) + t[ax:]  # noqa: E731

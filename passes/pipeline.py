@@ -148,11 +148,20 @@ def pipeline_function(func: Operation) -> bool:
                                               _uniform_runs(analysis, loads))
                 changed = True
             continue
-        while stages >= 2 and rings + stages * per_stage + _scratch_estimate(loop) > SMEM_BUDGET:
-            stages -= 1  # a shallower ring rather than none
+        static_stages = stages
+        while static_stages >= 2 and rings + static_stages * per_stage + _scratch_estimate(loop) > SMEM_BUDGET:
+            static_stages -= 1  # a shallower ring rather than none
+        if static_stages >= 2:
+            _pipeline_loop(loop, loads, static_stages, [None] * len(loads), 0, _uniform_runs(analysis, loads))
+            rings += static_stages * per_stage
+            changed = True
+            continue
+        # rings too large for static shared memory (big operand tiles): dynamic shared memory, as in-place rings
+        while stages >= 2 and dynamic + stages * per_stage + RING_ALIGN + _scratch_estimate(loop) > DYNAMIC_BUDGET:
+            stages -= 1
         if stages >= 2:
-            _pipeline_loop(loop, loads, stages, [None] * len(loads), 0, _uniform_runs(analysis, loads))
-            rings += stages * per_stage
+            dynamic += _pipeline_loop(loop, loads, stages, [None] * len(loads), dynamic,
+                                      _uniform_runs(analysis, loads), planned=True)
             changed = True
     _place_rings(func, rings)
     return changed
@@ -461,8 +470,10 @@ def _async_dot(loop: Operation, loads: list[Operation]) -> Operation | None:
 
 
 def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
-                   direct: list[tuple[int, int] | None], offset: int, uniform: list[bool]) -> int:
-    """Rewrite the loop (module docstring); the bytes of the in-place rings placed from `offset` on."""
+                   direct: list[tuple[int, int] | None], offset: int, uniform: list[bool],
+                   planned: bool = False) -> int:
+    """Rewrite the loop (module docstring); the bytes of the in-place rings (and with `planned`, of every ring:
+    they go to dynamic shared memory, `_place_rings`) placed from `offset` on."""
     body = _Body(loop)
     in_place = all(d is not None for d in direct)
     async_dot = _async_dot(loop, loads) if in_place else None
@@ -483,7 +494,7 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
     placed = offset
     for load, d in zip(loads, direct):
         ring_t = _ring_type(load, stages, d)
-        if d is None:
+        if d is None and not planned:
             rings.append(pre.value("mt.alloc_ring", [], ring_t, stages=stages))
         else:
             rings.append(pre.value("mt.alloc_ring", [], ring_t, stages=stages, planned_offset=placed))

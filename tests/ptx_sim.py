@@ -41,6 +41,7 @@ _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 _SINT = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 _FLOAT = {16: np.float16, 32: np.float32, 64: np.float64}
 _REG_BITS = {".pred": 1, ".b16": 16, ".b32": 32, ".f32": 32, ".b64": 64, ".f64": 64}
+MAX_SHARED_BYTES = 227 * 1024  # a block's shared memory with the opt-in (H100 / H200)
 
 
 def _bits(t: str) -> int:
@@ -128,6 +129,12 @@ def parse(ptx: str, name: str) -> Kernel:
         nbytes = int(bits) // 8 * int(count or 1)
         shared[sname] = (size, nbytes, int(bits))
         size += nbytes
+    # `.extern .shared .align A .b8 name[]` (dynamic shared memory, module scope): after the static variables, up to
+    # the opt-in limit of a block (the launch sizes it; the simulator gives it all that is left)
+    for align, sname in re.findall(r"\.extern\s+\.shared\s+\.align\s+(\d+)\s+\.b8\s+(\w+)\[\];", ptx):
+        size += -size % int(align)
+        shared[sname] = (size, MAX_SHARED_BYTES - size, 8)
+        size = MAX_SHARED_BYTES
     code, labels = [], {}
     start_line = ptx[:m.start(3)].count("\n") + 1
     for i, raw in enumerate(body.split("\n")):

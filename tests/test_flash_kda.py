@@ -349,3 +349,56 @@ def test_gpu_matches_fla(T, H):
             use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0)
     assert kda_ref.relative_error(ref_o, o) <= OUT_BOUND
     assert kda_ref.relative_error(ref_s, s) <= STATE_BOUND
+
+
+# ------------------------------------------------------------- phase 2 with carried pointers (pipelined)
+
+
+@pytest.mark.parametrize("k_dim,bt,bv,tokens,dynamic", [
+    (32, 16, 16, 40, False),   # small tiles: the rings fit static shared memory
+    (64, 64, 32, 130, True),   # 24 KB a stage: the rings go to dynamic shared memory (mt_dyn); a ragged last chunk
+])
+def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPatch, k_dim: int, bt: int, bv: int,
+                                                    tokens: int, dynamic: bool) -> None:
+    """kda_recurrence_kernel with CARRIED (RECURRENCE_CARRIED): its w / qg / Aqk loads become cp.async rings (the
+    pipeline pass), and the compiled PTX, run on the PTX simulator (groups, ring slots and races checked), gives
+    the interpreter's o and final state (to fp32 reassociation: 1e-6)."""
+    from ptx_helpers import clone_args
+    from ptx_sim import run_ptx
+
+    from minitriton import compiler
+    from minitriton.runtime.specialize import parse_arg_spec
+
+    gen = torch.Generator().manual_seed(k_dim + tokens)
+    H, warps = 1, 4
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen) * 0.5
+
+    chunks = -(-tokens // bt)
+    args = [r(tokens * H, k_dim).bfloat16(), r(tokens * H, k_dim).bfloat16(), r(tokens * H, k_dim).bfloat16(),
+            r(tokens * H, k_dim).bfloat16(), r(tokens * H, bt).bfloat16(),
+            torch.rand(chunks * H, k_dim, generator=gen) * 0.5 + 0.5,
+            torch.full((tokens * H, k_dim), float("nan")).bfloat16(), r(1, H, k_dim, k_dim),
+            torch.full((1, H, k_dim, k_dim), float("nan")), torch.tensor([[0, tokens, 0, 0]], dtype=torch.int32)]
+    strides = args[7].stride()
+    args += [H, *strides, *strides]
+    const = dict(K=k_dim, V=k_dim, BT=bt, BV=bv, TRANSITION=False, HAS_H0=True, STORE_HT=True,
+                 STATE_PRECISION="tf32", CARRIED=True)
+    programs = k_dim // bv * H
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+    want = clone_args(args)
+    flash_kda.kda_recurrence_kernel[(programs,)](*want, **const, num_warps=warps)
+    kernel = flash_kda.kda_recurrence_kernel
+    codes = {torch.bfloat16: "*bf16:16", torch.float32: "*fp32:16", torch.int32: "*i32:16"}
+    types = {n: parse_arg_spec(codes[a.dtype] if isinstance(a, torch.Tensor) else "i32").type
+             for n, a in zip(kernel.runtime_params, args)}
+    compiled = compiler.compile_kernel(kernel.fn, types, const, num_warps=warps, num_stages=3, target="ptx",
+                                       divisibility={n: 16 for n, a in zip(kernel.runtime_params, args)
+                                                     if isinstance(a, torch.Tensor)})
+    assert compiled.ptx.count("cp.async.cg") > 0
+    assert (compiled.metadata.get("dynamic_shared") or 0) > 0 if dynamic else not compiled.metadata.get("dynamic_shared")
+    got = clone_args(args)
+    run_ptx(compiled.ptx, compiled.metadata["name"], (programs,), got, 32 * warps)
+    for i in (6, 8):  # o, final state
+        assert ((got[i].float() - want[i].float()).abs().max() / want[i].float().abs().max()).item() <= 1e-6

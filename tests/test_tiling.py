@@ -194,6 +194,12 @@ def index_math(x_ptr, out_ptr, n, stride, BLOCK: mt.constexpr):
     mt.store(out_ptr + offs, v + mt.sum(mt.load(tile_ptrs), axis=0), mask=mask)
 
 
+def square_tile(x_ptr, out_ptr, stride, BLOCK: mt.constexpr):
+    r = mt.arange(0, BLOCK)  # one arange for the rows and the columns: one of the two uses is a layout conversion
+    x = mt.load(x_ptr + r[:, None] * stride + r[None, :])
+    mt.store(out_ptr + r, mt.sum(x, axis=1))
+
+
 def _ir(fn, types, constexprs, divisibility, num_warps=4, equal_to_one=()):  # type: ignore[no-untyped-def]
     from minitriton.frontend import compile_to_ir
 
@@ -204,6 +210,25 @@ def _ir(fn, types, constexprs, divisibility, num_warps=4, equal_to_one=()):  # t
 
 def _ops(func, name):  # type: ignore[no-untyped-def]
     return [op for op in func.walk() if op.name == name]
+
+
+def test_axis_facts_pass_through_layout_conversions() -> None:
+    """A convert_layout moves values between threads and keeps them: what is known of an arange holds after its
+    conversion (the FlashKDA recurrence's carried pointers, built from a converted arange, were not seen as 16-byte
+    rows without this, so the pipeline pass left their loop alone)."""
+    from minitriton.ir import Operation
+
+    types = {"x_ptr": PointerType(f32), "out_ptr": PointerType(f32), "stride": i32}
+    module = run_passes(_ir(square_tile, types, {"BLOCK": 64}, {"x_ptr": 16, "out_ptr": 16, "stride": 16}),
+                        ["tiling"])
+    func = module.functions[0]
+    arange = _ops(func, "mt.arange")[0]
+    block = arange.parent
+    convert = Operation("mt.convert_layout", [arange.result], [arange.result.type], {}, loc=arange.loc)
+    block.insert(block.ops.index(arange) + 1, convert)
+    facts = AxisAnalysis(func)
+    assert facts.info(convert.result) == facts.info(arange.result)
+    assert facts.info(convert.result).contiguity == (64,)
 
 
 @pytest.mark.parametrize("n_div", [16, 1])
