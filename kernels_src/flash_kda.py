@@ -55,7 +55,7 @@ SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recurrence_warps)
 # Phase 2's dot operands through carried pointers, so the pipeline pass rings them (kda_recurrence_kernel CARRIED).
 # Off: not yet timed. At K3 the output recurrence then has cp.async rings 3 deep (124 KB of dynamic shared memory)
-# and 628 B of spills (480 without); the PTX simulator matches the interpreter (tests/test_flash_kda.py).
+# and 548 B of spills (480 without); the PTX simulator matches the interpreter (tests/test_flash_kda.py).
 RECURRENCE_CARRIED = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us

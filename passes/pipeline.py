@@ -57,6 +57,10 @@ rings may exceed the static limit: they then go to dynamic shared memory (attr `
 func attr `dynamic_shared_memory` their total plus RING_ALIGN of alignment slack), within DYNAMIC_BUDGET less
 the static scratch estimate.
 
+Rings too large for static shared memory in a loop whose dots are not wgmma (e.g. FlashKDA's recurrence with
+carried pointers) go to dynamic shared memory the same way, within DYNAMIC_BUDGET, and their prefetch pointers are
+likewise recomputed from iteration 0's instead of carried (such loops are register-bound).
+
 TMA rings (docs/kernels/gemm.md v2). When such an asynchronous in-place loop's loads (128B-swizzled slots) read
 pointer tiles `X_ptr + rows[:, None] * stride + cols[None, :]` (rows / cols `origin + arange`, unit column stride,
 moved per iteration by a constant number of columns or a constant times `stride` rows) and the kernel has a
@@ -519,10 +523,13 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
             pre.add("mt.async_copy", [rings[n], slot, ptrs[n], mask], [], **_copy_attrs(uniform[n]))
         pre.add("mt.async_commit", [], [])
     pf_args: list[Value] = []
-    if not in_place:  # the loop carries the prefetch pointers
+    # in-place rings, and the big (dynamic) rings of register-heavy loops, recompute the prefetch pointers from
+    # iteration 0's: carried pointer tiles would hold registers across the loop
+    recompute = in_place or planned
+    if not recompute:  # the loop carries the prefetch pointers
         first_prefetch = [pre.value("mt.addptr", [p, inc], p.type) for p, inc in zip(ptrs, incs)]
         pf_args = _carry(loop, first_prefetch)
-    else:  # recomputed from iteration 0's: a carried tile keeps every lane's pointer live, not just the copied ones
+    else:
         wide_incs = [pre.value("mt.cast", [inc], with_scalar(inc.type, i64)) for inc in incs]
 
     # the iteration number and the slots it reads and writes, carried (a division and two remainders per
@@ -546,7 +553,7 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
     put = top
     if async_dot is not None:
         put = _Inserter(block, block.ops[block.ops.index(async_dot) + 1], loop.loc)
-    if in_place:
+    if recompute:
         ahead_index = put.value("mt.cast", [put.value("mt.add", [index, put.const(ahead, it)], it)], i64)
         for inc, base in zip(wide_incs, bases):
             steps = put.value("mt.splat", [ahead_index], inc.type)
@@ -564,7 +571,7 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
     yield_op = block.terminator
     assert yield_op is not None
     tail = _Inserter(block, yield_op, loop.loc)
-    for pf, inc in zip(pf_args if not in_place else [], incs):
+    for pf, inc in zip(pf_args if not recompute else [], incs):
         yield_op.operands.append(tail.value("mt.addptr", [pf, inc], pf.type))
     one = tail.const(1, it)
     yield_op.operands.append(tail.value("mt.add", [index, one], it))
