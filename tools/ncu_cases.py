@@ -45,7 +45,7 @@ def gemm(kind: str, block_n: int, stages: int, size: int = 8192) -> Call:
     return ring
 
 
-def warp_decode(batch: int) -> Call:
+def warp_decode(batch: int, variant: str | None = None) -> Call:
     import bench_warp_decode as bench
 
     from minitriton.kernels import warp_decode as wd
@@ -54,7 +54,7 @@ def warp_decode(batch: int) -> Call:
     w13 = wd.prepare_experts(layer.w13_blocks, layer.w13_scales)
     w2 = wd.prepare_experts(layer.w2_blocks, layer.w2_scales)
     x, ids, weights = bench.make_batch(bench.SHAPE, batch)
-    return lambda: wd.moe_decode(x, ids, weights, w13, w2, use_dot=True)
+    return lambda: wd.moe_decode(x, ids, weights, w13, w2, use_dot=True, variant=variant)
 
 
 def kda_decode(accepted: int, drafts: int, variant: str | None = None) -> Call:
@@ -76,9 +76,11 @@ CASES: dict[str, Callable[[], Call]] = {
     "gemm_ws_n256_s4": lambda: gemm("ws", 256, 4),
     "warp_b1": lambda: warp_decode(1),
     "warp_b16": lambda: warp_decode(16),
+    "warp_b16_h16": lambda: warp_decode(16, "v5_p2_lb_h16"),
     "kda_k0": lambda: kda_decode(0, 0),
     "kda_k7": lambda: kda_decode(7, 7),
     "kda_scratch_k7": lambda: kda_decode(7, 7, "stream_scratch_vc64"),
+    "kda_chunked_k7": lambda: kda_decode(7, 7, "chunked"),
     "flash_t8192": lambda: flash_kda(8192),
 }
 
