@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .kda_decode import CONV_WIDTH, QK_NORM_EPS, KDADecodeCache, KDADecodeWeights
-from .kda_reference import kda_gate
+from .kda_decode import CONV_WIDTH, KDADecodeCache, KDADecodeWeights
+from .kda_reference import conv_qkv, gated_rms_norm, kda_gate
 
 
 def chunk_deltas(s0: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor
@@ -54,21 +54,13 @@ def chunk_outputs(s0: torch.Tensor, q: torch.Tensor, k: torch.Tensor, d: torch.T
 
 def _token_vectors(raw: torch.Tensor, f: torch.Tensor, beta: torch.Tensor, conv: torch.Tensor,
                    weights: KDADecodeWeights, h: int, kd: int, vd: int):
-    """Conv + SiLU over the raw projections [n, C] after the window conv [3, C], then the per-token q, k (L2
-    normalized, q scaled), v, beta, g, all [H, n, *]; and the windows after each token [n, 3, C]."""
+    """The per-token vectors of `kda_reference.conv_qkv` for the raw projections [n, C] that follow the committed
+    window conv [3, C], as [H, n, *] (q, k, v, beta, g), and the window after each token [n, 3, C]."""
     window = torch.cat([conv, raw], 0)  # [3 + n, C]
-    taps = weights.conv_weight.double().reshape(-1, CONV_WIDTH).T  # [4, C]
     n = raw.shape[0]
-    y = torch.nn.functional.silu(torch.stack([(window[i:i + CONV_WIDTH] * taps).sum(0) for i in range(n)]))
-    qc = y[:, :h * kd].view(n, h, kd).transpose(0, 1)
-    kc = y[:, h * kd:2 * h * kd].view(n, h, kd).transpose(0, 1)
-    vc = y[:, 2 * h * kd:].view(n, h, vd).transpose(0, 1)
-    scale = weights.scale if weights.scale is not None else kd ** -0.5
-    q = qc / torch.sqrt((qc * qc).sum(-1, keepdim=True) + QK_NORM_EPS) * scale
-    k = kc / torch.sqrt((kc * kc).sum(-1, keepdim=True) + QK_NORM_EPS)
-    g = kda_gate(f, weights).transpose(0, 1)  # [H, n, K]
-    windows = torch.stack([window[i + 1:i + CONV_WIDTH] for i in range(n)]) if n else window[:0, None]
-    return q, k, vc, torch.sigmoid(beta.double()).T, g, windows
+    windows = torch.stack([window[i:i + CONV_WIDTH] for i in range(n)])  # [n, 4, C]: each token's taps
+    q, k, v = (x.transpose(0, 1) for x in conv_qkv(windows, weights, h, kd, vd))
+    return q, k, v, torch.sigmoid(beta.double()).T, kda_gate(f, weights).transpose(0, 1), windows[:, 1:]
 
 
 def spec_decode_step_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.Tensor, beta: torch.Tensor,
@@ -100,10 +92,8 @@ def spec_decode_step_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
             d, gamma = chunk_deltas(s, ks[:, :a], vs[:, :a], betas[:, :a], gs[:, :a])
             s = chunk_state(s, ks[:, :a], d, gamma, a)
         d, gamma = chunk_deltas(s, ks[:, a:], vs[:, a:], betas[:, a:], gs[:, a:])
-        o = chunk_outputs(s, qs[:, a:], ks[:, a:], d, gamma).transpose(0, 1)  # [t, H, V]
-        o = o * torch.rsqrt((o * o).mean(-1, keepdim=True) + weights.norm_eps)
-        o = o * weights.o_norm_weight.double() * torch.sigmoid(gate[b].double())
-        out[b] = o.to(out.dtype)
+        out[b] = gated_rms_norm(chunk_outputs(s, qs[:, a:], ks[:, a:], d, gamma).transpose(0, 1), gate[b],
+                                weights).to(out.dtype)
         cache.state[slot] = chunk_state(s, ks[:, a:], d, gamma, 1).to(cache.state.dtype)
         cache.conv_state[slot] = windows[a].to(cache.conv_state.dtype)
         for i in range(1, t):

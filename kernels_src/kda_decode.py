@@ -587,7 +587,7 @@ def scratch_programs(device: torch.device, items: int) -> int:
 
 def scratch_tokens(max_drafts: int, tokens: int) -> int:
     """TP: the replayed drafts and new tokens of a step, rounded up to a power of two (a tile dimension)."""
-    return 1 << (max_drafts + tokens - 1).bit_length()
+    return _pow2_at_least(max_drafts + tokens)
 
 
 def scratch_row_floats(head_k_dim: int, head_v_dim: int) -> int:
@@ -1241,7 +1241,7 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
                               device=q.device)
         kernel[(programs,)](*args, scratch, bsz * h, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          KL=lanes_k, KV=vec_k, VC=state_chunk_rows(vd, num_warps, lanes_k, chosen.rows),
-                         TP=scratch_tokens(cache.max_drafts, t), TN=1 << (t - 1).bit_length(), num_warps=num_warps)
+                         TP=scratch_tokens(cache.max_drafts, t), TN=_pow2_at_least(t), num_warps=num_warps)
     elif kernel_name.startswith("kda_decode_chunked") and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          TR=_pow2_at_least(cache.max_drafts), TN=_pow2_at_least(t), num_warps=num_warps)
@@ -1255,6 +1255,7 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
 
 
 def _pow2_at_least(n: int) -> int:
+    """The smallest power of two >= n (a tile dimension; 1 for n <= 1)."""
     return 1 << max(n - 1, 0).bit_length()
 
 

@@ -81,18 +81,31 @@ def reference_token_step(x: TokenInputs, state: torch.Tensor, conv_state: torch.
     vd = x.v.shape[-1]
     raw = torch.cat([x.q.reshape(n, -1), x.k.reshape(n, -1), x.v.reshape(n, -1)], -1).double()  # [N, C]
     window = torch.cat([conv_state.double(), raw[:, None]], 1)  # [N, 4, C], oldest first
-    y = torch.nn.functional.silu((window * weights.conv_weight.double().reshape(-1, CONV_WIDTH).T).sum(1))
+    q, k, vc = conv_qkv(window, weights, h, kd, vd)
+    beta = torch.sigmoid(x.beta.double())
+    s = state.double() * torch.exp(kda_gate(x.f, weights))[:, :, None, :]  # decay the K axis (rows of the fla state)
+    s = s + (beta[..., None] * (vc - torch.einsum("nhvk,nhk->nhv", s, k)))[..., None] * k[:, :, None, :]
+    o = gated_rms_norm(torch.einsum("nhvk,nhk->nhv", s, q), x.gate, weights)
+    return o, s, window[:, 1:]
+
+
+def conv_qkv(windows: torch.Tensor, weights: KDADecodeWeights, h: int, kd: int, vd: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The state-independent vectors of tokens from their conv windows [N, 4, C] (oldest input first, float64):
+    conv + SiLU, then q (L2-normalized, scaled) and k (L2-normalized) [N, H, K] and v [N, H, V]."""
+    y = torch.nn.functional.silu((windows * weights.conv_weight.double().reshape(-1, CONV_WIDTH).T).sum(1))
+    n = y.shape[0]
     qc, kc, vc = y[:, :h * kd].view(n, h, kd), y[:, h * kd:2 * h * kd].view(n, h, kd), y[:, 2 * h * kd:].view(n, h, vd)
     scale = weights.scale if weights.scale is not None else kd ** -0.5
     q = qc / torch.sqrt((qc * qc).sum(-1, keepdim=True) + QK_NORM_EPS) * scale
     k = kc / torch.sqrt((kc * kc).sum(-1, keepdim=True) + QK_NORM_EPS)
-    beta = torch.sigmoid(x.beta.double())
-    s = state.double() * torch.exp(kda_gate(x.f, weights))[:, :, None, :]  # decay the K axis (rows of the fla state)
-    s = s + (beta[..., None] * (vc - torch.einsum("nhvk,nhk->nhv", s, k)))[..., None] * k[:, :, None, :]
-    o = torch.einsum("nhvk,nhk->nhv", s, q)
+    return q, k, vc
+
+
+def gated_rms_norm(o: torch.Tensor, gate: torch.Tensor, weights: KDADecodeWeights) -> torch.Tensor:
+    """The head-wise RMSNorm of the outputs o [..., V], times the norm weight and sigmoid(output gate)."""
     o = o * torch.rsqrt((o * o).mean(-1, keepdim=True) + weights.norm_eps)
-    o = o * weights.o_norm_weight.double() * torch.sigmoid(x.gate.double())
-    return o, s, window[:, 1:]
+    return o * weights.o_norm_weight.double() * torch.sigmoid(gate.double())
 
 
 def decode_reference(tokens: TokenInputs, state: torch.Tensor, conv_state: torch.Tensor, weights: KDADecodeWeights

@@ -975,19 +975,23 @@ def pick_splits(config: KernelConfig, programs: int, items_hint: int, resident: 
     return min(s for s, c in cost.items() if c <= best * SPLIT_SLACK)
 
 
-_RESIDENT: dict[tuple, int] = {}  # (Kernel, launch shape) -> Kernel.resident_programs (one driver query per shape)
+_SPLITS: dict[tuple, int] = {}  # (Kernel, launch shape) -> pick_splits' choice (one driver query per shape)
 
 
 def _splits(kernel: mt.Kernel, config: KernelConfig, programs: int, routing: Routing, device: torch.device,
             make_args: Callable[[], tuple], meta: dict) -> int:
-    """pick_splits for a launch of `kernel` with make_args() and meta (the driver is asked once per shape)."""
+    """pick_splits for a launch of `kernel` with make_args() and meta, cached per launch shape: the driver is asked
+    once, and the wave model's search (about 0.3 ms in Python over 1024 item groups) stays off the launch path."""
     if config.splits is not None or device.type != "cuda":
         return pick_splits(config, programs, routing.n_pairs, None)
-    # keyed on the Kernel object: down_kernel and down_kernel_16 share a name and constexprs, not their occupancy
-    key = (kernel, programs, routing.batch, routing.topk, device, tuple(sorted(meta.items())))
-    if key not in _RESIDENT:
-        _RESIDENT[key] = kernel.resident_programs(*make_args(), **meta)
-    return pick_splits(config, programs, routing.n_pairs, _RESIDENT[key])
+    # keyed on the Kernel object: down_kernel and down_kernel_16 share a name and constexprs, not their occupancy;
+    # meta is built in a fixed order, so its values identify the variant
+    key = (kernel, config, programs, routing.batch, routing.topk, device, tuple(meta.values()))
+    splits = _SPLITS.get(key)
+    if splits is None:
+        splits = _SPLITS[key] = pick_splits(config, programs, routing.n_pairs,
+                                            kernel.resident_programs(*make_args(), **meta))
+    return splits
 
 
 def _check_config(config: KernelConfig) -> None:

@@ -562,15 +562,8 @@ def _pipeline_loop(loop: Operation, loads: list[Operation], stages: int,
         mask = _copy_mask(put, body, load, iv_pf, valid, encs[n])
         put.add("mt.async_copy", [rings[n], write_slot, pf_args[n], mask], [], **_copy_attrs(uniform[n]))
     put.add("mt.async_commit", [], [])
-    if deferred:
-        put.add("mt.dot_wait", [], [], pending=1)
-    for load in loads:
-        load.erase()
-
+    yield_op, tail = _end_of_body(put, loop, loads, deferred)
     # next prefetch pointers, yielded
-    yield_op = block.terminator
-    assert yield_op is not None
-    tail = _Inserter(block, yield_op, loop.loc)
     for pf, inc in zip(pf_args if not recompute else [], incs):
         yield_op.operands.append(tail.value("mt.addptr", [pf, inc], pf.type))
     one = tail.const(1, it)
@@ -597,6 +590,19 @@ def _read_in_place(ins: _Inserter, loop: Operation, func_op: Operation, ring: Va
     for staging, _ in _users(func_op, load.result):
         loop.replace_all_uses(staging.result, view)
         staging.erase()
+
+
+def _end_of_body(put: _Inserter, loop: Operation, loads: list[Operation], deferred: bool
+                 ) -> tuple[Operation, _Inserter]:
+    """Close a rewritten steady state: the deferred wait for the previous dot (after the copies), the replaced loads
+    erased; returns the loop's yield and an inserter in front of it (for the carried values' next values)."""
+    if deferred:
+        put.add("mt.dot_wait", [], [], pending=1)
+    for load in loads:
+        load.erase()
+    yield_op = loop.regions[0].block.terminator
+    assert yield_op is not None
+    return yield_op, _Inserter(loop.regions[0].block, yield_op, loop.loc)
 
 
 def _after_loop(loop: Operation) -> _Inserter:
@@ -812,14 +818,7 @@ def _pipeline_loop_tma(loop: Operation, loads: list[Operation], stages: int, dir
     iv_pf = put.value("mt.add", [body.iv, put.value("mt.mul", [put.const(ahead, it), step], it)], it)
     valid = put.value("mt.cmp", [iv_pf, ub], i1, predicate="lt")
     copy(put, write_slot, put.value("mt.add", [index, put.const(ahead, it)], it), valid)
-    if deferred:
-        put.add("mt.dot_wait", [], [], pending=1)
-    for load in loads:
-        load.erase()
-
-    yield_op = block.terminator
-    assert yield_op is not None
-    tail = _Inserter(block, yield_op, loop.loc)
+    yield_op, tail = _end_of_body(put, loop, loads, deferred)
     one = tail.const(1, it)
     yield_op.operands.append(tail.value("mt.add", [index, one], it))
     wraps = _is_last_slot(tail, read_slot, stages)

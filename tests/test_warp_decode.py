@@ -319,13 +319,14 @@ def test_make_routing_covers_every_pair_once(interpret: None, group: int, batch:
 
 
 def test_splits_ask_each_kernel_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The resident-programs cache is per Kernel object: down_kernel and down_kernel_16 share a name and constexprs
-    but not their occupancy (a shared key gave v5_p2_lb the 168-register kernel's splits in the 22:48 A/B)."""
+    """The split cache is per Kernel object: down_kernel and down_kernel_16 share a name and constexprs but not their
+    occupancy (a shared key gave v5_p2_lb the 168-register kernel's splits in the 22:48 A/B); each shape asks the
+    driver once."""
     asked = []
     for kernel, resident in ((wd.down_kernel, 1584), (wd.down_kernel_16, 2112)):
         monkeypatch.setattr(kernel, "resident_programs",
                             lambda *a, kernel=kernel, resident=resident, **k: asked.append(kernel) or resident)
-    monkeypatch.setattr(wd, "_RESIDENT", {})
+    monkeypatch.setattr(wd, "_SPLITS", {})
     routing = wd.Routing(*(torch.zeros(1),) * 5, batch=16, topk=16, group=8, dedup=True)
     dot = wd.pick_config(8, 256, True, "v5_p2", "down")
     cuda = torch.device("cuda", 0)
