@@ -99,17 +99,32 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v5_p2_lb_h16": (dict(_V5_P2, h_bf16=True), dict(_V5_P2, min_blocks=16)),
 }
 H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
-# The default is the fastest measured at B = 1, 4 and 64 (tools/warp_decode_ab.py, H200, 2026-11-29 22:17 UTC):
-# v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
+# The fp32-h reference configuration (h as two bf16 parts, BOUND_DOT-level agreement with float64), also what
+# pick_config uses when no variant is named. Measured 2026-11-29 22:17 UTC: v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us
+# at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
 DEFAULT_DOT_VARIANT = "v5_p2"
-# From B = 16 the down kernel at 16 resident warps per SM (v5_p2_lb) measured faster, below it slower (22:48 UTC,
-# same run: B = 1 / 4 / 16 / 64 at 174.0 / 585.7 / 2064.5 / 5914.0 us against v5_p2's 171.9 / 563.2 / 2290.8 / 6190.8).
+# With h_precision="fp32", from B = 16 the down kernel at 16 resident warps per SM (v5_p2_lb) measured faster, below
+# it slower (22:48 UTC, same run: B = 1 / 4 / 16 / 64 at 174.0 / 585.7 / 2064.5 / 5914.0 us against v5_p2's
+# 171.9 / 563.2 / 2290.8 / 6190.8).
 LARGE_BATCH, LARGE_BATCH_VARIANT = 16, "v5_p2_lb"
+# moe_decode's default (h_precision="bf16"): h rounded once to bf16, the intermediate precision of triton_kernels,
+# within the issue's 5e-3 bound (tests: H16_BOUND = 4e-3 against float64). Fastest at every batch in the
+# 2026-11-30 00:56 UTC run (tools/warp_decode_ab.py, H200): 140.3 / 488.4 / 1670.6 / 5245.1 us at B = 1 / 4 / 16 / 64
+# against v5_p2's 173.2 / 558.8 / 2273.1 / 6140.5 and v5_p2_lb's 161.4 / 568.8 / 1970.8 / 5867.4.
+BF16_H_VARIANT = "v5_p2_lb_h16"
+H_PRECISIONS = ("bf16", "fp32")
 
 
-def default_variant(batch: int) -> str:
-    """The mt.dot variant moe_decode runs when none is named: by batch size, as measured."""
-    return LARGE_BATCH_VARIANT if batch >= LARGE_BATCH else DEFAULT_DOT_VARIANT
+def default_variant(batch: int, h_precision: str = "bf16") -> str:
+    """The mt.dot variant moe_decode runs when none is named: h rounded to bf16 (the default) or kept at fp32 level
+    (two bf16 parts), then by batch size, as measured."""
+    if h_precision == "bf16":
+        return BF16_H_VARIANT
+    if h_precision == "fp32":
+        return LARGE_BATCH_VARIANT if batch >= LARGE_BATCH else DEFAULT_DOT_VARIANT
+    raise ValueError(f"h_precision must be one of {H_PRECISIONS}, got {h_precision!r}")
+
+
 # Folding the 2**126 bias into the scale needs 2**(s - 1) in bf16 range: s <= 128 (block scales up to 2, weights up to
 # 12 in magnitude; real checkpoints sit far below). Experts with a larger finite scale keep the two multiplies.
 FOLD_MAX_SCALE = 128
@@ -1153,7 +1168,7 @@ def plan_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, use_dot: bo
 
 def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: PreparedExperts,
                w2: PreparedExperts, *, out_dtype: torch.dtype = torch.bfloat16, use_dot: bool | None = None,
-               dedup: bool | None = None, variant: str | None = None) -> torch.Tensor:
+               dedup: bool | None = None, variant: str | None = None, h_precision: str = "bf16") -> torch.Tensor:
     """The routed-expert part of an MXFP4 MoE layer for a decode batch.
 
     x:            bf16 [B, D] (B <= 256), contiguous.
@@ -1164,14 +1179,20 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     out_dtype:    bf16 (default), or fp32 to see the result before the output rounding.
     use_dot:      force the mt.dot (True) or CUDA-core (False) inner products; default: mt.dot from B = 2.
     dedup:        group pairs by expert so shared experts are read once; default: when B > 1 or on mt.dot.
-    variant:      the mt.dot path's variant, a key of DOT_VARIANTS (default `default_variant(B)`).
+    variant:      the mt.dot path's variant, a key of DOT_VARIANTS (default `default_variant(B, h_precision)`);
+                  a named variant decides the intermediate precision itself.
+    h_precision:  the intermediate h = silu(gate) * up between the two kernels on the mt.dot path: "bf16"
+                  (default; rounded once, relative error ~1e-3 against float64, as triton_kernels) or "fp32"
+                  (two bf16 parts, ~1e-5; about 10-20% slower). The CUDA-core path keeps h in fp32 either way.
     Returns out_dtype [B, D] = sum_j w[b, j] * W2[e] @ (silu(W13[e, :I] @ x_b) * (W13[e, I:] @ x_b)), e = ids[b, j].
     """
     _check_inputs(x, topk_ids, topk_weights, w13, w2)
     routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup)
     if variant is not None and variant not in DOT_VARIANTS:
         raise ValueError(f"variant must be one of {sorted(DOT_VARIANTS)}, got {variant!r}")
-    variant = variant or default_variant(routing.batch)
+    if h_precision not in H_PRECISIONS:
+        raise ValueError(f"h_precision must be one of {H_PRECISIONS}, got {h_precision!r}")
+    variant = variant or default_variant(routing.batch, h_precision)
     c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
     c2 = pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
     h = gate_up(x, routing, w13, c13, parts=use_dot)

@@ -373,6 +373,7 @@ def check_decode(p: Problem, use_dot: bool, dedup: bool | None = None, variant: 
     fp32 output error)."""
     w13, w2 = p.prepare()
     ref_out, ref_h = p.reference()
+    variant = variant or wd.DEFAULT_DOT_VARIANT  # the fp32-h path (the bf16-h default: test_h_in_one_bf16_part)
     routing, use_dot = wd.plan_routing(p.ids, p.weights, use_dot, dedup)
     cfg13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
     cfg2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
@@ -427,9 +428,9 @@ def test_dot_variants(interpret: None, variant: str) -> None:
 
 @pytest.mark.parametrize("variant", sorted(wd.H16_VARIANTS))
 def test_h_in_one_bf16_part(interpret: None, variant: str) -> None:
-    """The opt-in h16 variants: gate_up writes h as one bf16 part [P, I] and down reads it (VMODE 0). Against the
-    float64 reference: h is the fp32 path's h rounded once to bf16, the output within H16_BOUND; and the output
-    agrees with the CUDA-core down kernel fed that same rounded h (in fp32)."""
+    """The h16 variants (moe_decode's default): gate_up writes h as one bf16 part [P, I] and down reads it
+    (VMODE 0). Against the float64 reference: h is the fp32 path's h rounded once to bf16, the output within
+    H16_BOUND; and the output agrees with the CUDA-core down kernel fed that same rounded h (in fp32)."""
     p = Problem(5, D=768, I=64, E=4, k=2, seed=72)
     w13, w2 = p.prepare()
     ref_out, ref_h = p.reference()
@@ -451,9 +452,13 @@ def test_h_in_one_bf16_part(interpret: None, variant: str) -> None:
 
 
 def test_default_variant_by_batch() -> None:
-    """moe_decode's variant when none is named follows the 2026-11-29 A/B: v5_p2 below B = 16, v5_p2_lb from it;
-    min_blocks is a down-kernel option only."""
-    assert [wd.default_variant(b) for b in (1, 4, 15, 16, 64)] == ["v5_p2"] * 3 + ["v5_p2_lb"] * 2
+    """moe_decode's variant when none is named follows the A/B runs: v5_p2_lb_h16 at every batch (2026-11-30);
+    with h_precision="fp32" v5_p2 below B = 16 and v5_p2_lb from it (2026-11-29); min_blocks is a down-kernel
+    option only."""
+    assert {wd.default_variant(b) for b in (1, 4, 15, 16, 64)} == {"v5_p2_lb_h16"} <= wd.H16_VARIANTS
+    assert [wd.default_variant(b, "fp32") for b in (1, 4, 15, 16, 64)] == ["v5_p2"] * 3 + ["v5_p2_lb"] * 2
+    with pytest.raises(ValueError, match="h_precision"):
+        wd.default_variant(1, "fp16")
     up, down = (wd.pick_config(8, 16, True, "v5_p2_lb", kernel) for kernel in ("gate_up", "down"))
     assert up.min_blocks is None and down.min_blocks == 16
     with pytest.raises(ValueError, match="min_blocks"):
@@ -647,7 +652,8 @@ def test_scale_bytes_zero_and_nan(interpret: None) -> None:
     w13, w2 = p.prepare()
     ref, _ = p.reference()
     for use_dot in (False, True):
-        out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, use_dot=use_dot)
+        out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, use_dot=use_dot,
+                            h_precision="fp32")
         assert torch.equal(out.isnan(), ref.isnan()) and out.isnan().sum() == 1 and out[1, 5].isnan()
         finite = ~ref.isnan()
         err = ((out[finite].double() - ref[finite]).norm() / ref[finite].norm()).item()
@@ -669,6 +675,21 @@ def test_input_validation(interpret: None) -> None:
         wd.moe_decode(p.x, p.ids, p.weights, w2, w13)
     with pytest.raises(TypeError, match="prepare_experts"):
         wd.moe_decode(p.x, p.ids, p.weights, (p.b13, p.s13), w2)
+    with pytest.raises(ValueError, match="h_precision"):
+        wd.moe_decode(p.x, p.ids, p.weights, w13, w2, h_precision="fp16")
+
+
+def test_default_is_the_bf16_h_variant(interpret: None) -> None:
+    """moe_decode without a variant runs default_variant(B) (h in bf16): bit for bit the named variant, within
+    H16_BOUND of float64; h_precision="fp32" runs the fp32-h variant, within BOUND_DOT."""
+    p = Problem(3, D=768, I=64, E=4, k=2, seed=74)
+    w13, w2 = p.prepare()
+    ref, _ = p.reference()
+    out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32)
+    named = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant=wd.default_variant(3))
+    assert torch.equal(out, named) and rel_err(out, ref) <= H16_BOUND
+    fp32_h = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, h_precision="fp32")
+    assert rel_err(fp32_h, ref) <= BOUND_DOT < rel_err(out, ref)
 
 
 def test_the_tests_can_fail(interpret: None) -> None:
@@ -715,7 +736,8 @@ def k3_width_layer() -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Ten
 @gpu
 @pytest.mark.parametrize("B", [1, 4, 16, 64])
 def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
-    """K3's D and I with 32 experts, top-16: the compiled kernels against the float64 reference (on the GPU)."""
+    """K3's D and I with 32 experts, top-16: the compiled kernels against the float64 reference (on the GPU); the
+    opt-in bf16-h variants within H16_BOUND."""
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
     w13_raw, w2_raw = k3_width_layer()
     gen = torch.Generator().manual_seed(B)
@@ -724,16 +746,19 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
     weights = torch.rand(B, 16, generator=gen).cuda()
     ref = wd.reference(x, ids, weights, w13_raw, w2_raw)
     w13, w2 = wd.prepare_experts(*w13_raw), wd.prepare_experts(*w2_raw)
-    out32 = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32)
+    out32 = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32)  # the default: h in bf16
+    assert rel_err(out32, ref) <= H16_BOUND
+    out32 = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, h_precision="fp32")
     bound = BOUND_DOT if B >= wd.DOT_MIN_BATCH else 1e-5
     assert rel_err(out32, ref) <= bound
     assert rel_err(wd.moe_decode(x, ids, weights, w13, w2), ref) <= BOUND_BF16_OUT
     for use_dot in (False, True):  # both inner-product paths at every batch
-        assert rel_err(wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, use_dot=use_dot), ref) \
-            <= (BOUND_DOT if use_dot else 1e-5)
+        assert rel_err(wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, use_dot=use_dot,
+                                     h_precision="fp32"), ref) <= (BOUND_DOT if use_dot else 1e-5)
     for variant in wd.DOT_VARIANTS:  # every mt.dot variant (tools/warp_decode_ab.py times them)
         got = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, use_dot=True, variant=variant)
-        assert rel_err(got, ref) <= BOUND_DOT, variant
+        err, bound = rel_err(got, ref), H16_BOUND if variant in wd.H16_VARIANTS else BOUND_DOT
+        assert err <= bound, f"{variant}: relative error {err:.3g} > {bound:g}"
 
 
 @pytest.mark.gpu
