@@ -3,6 +3,8 @@
     python tools/gemm_ab.py                 every variant, every shape (8192^3, 4096^3, 64x8192x8192)
     python tools/gemm_ab.py --shapes 4096^3 --variants cp.async-ring
     python tools/gemm_ab.py --list          the variants and their configs (no GPU needed)
+    python tools/gemm_ab.py --variants tma-ws --configs "128x256x64 w8 s3" --rounds 5 --steady 20
+                                            one config, ours and cuBLAS alternated 5 times after 20 s of load
 
 Variants (each a kernel of minitriton.kernels.examples and the configs it is timed with; the row reports each
 config and the best):
@@ -159,11 +161,49 @@ def time_checked(launch: Launch, a: Any, b: Any, ref: Any) -> tuple[float | None
     return do_bench(lambda: launch(a, b)) * 1e3, f"rel err {err:.1e}"
 
 
-def run(shapes: list[str], variants: list[Variant]) -> list[tuple[str, str, str, float | None, float | None, str]]:
+def cublas(a: Any, b: Any) -> Any:
+    return a @ b
+
+
+def steady_state(seconds: float, a: Any, b: Any) -> None:
+    """Run cuBLAS for `seconds` first: a cold H200 boosts, and under sustained GEMM load its clocks settle lower
+    (cuBLAS at 8192^3: 1494 us in the first timing of the 2026-11-30 01:08 run, about 1610 us in every paired
+    timing after it). Timing both sides in the settled state compares them under the load a serving GPU sees."""
+    import time
+
+    import torch
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            cublas(a, b)
+        torch.cuda.synchronize()
+
+
+def alternate(launch: Launch, a: Any, b: Any, rounds: int, first: tuple[float, float]) -> tuple[float, float, str]:
+    """(our median us, cuBLAS median us, spread note) over `rounds` alternating timings of ours then cuBLAS
+    (`first`: the first pair, already timed): drift within the run then hits both sides alike."""
+    from statistics import median
+
+    from benchmarks.harness import do_bench
+
+    ours, theirs = [first[0]], [first[1]]
+    for _ in range(rounds - 1):
+        ours.append(do_bench(lambda: launch(a, b)) * 1e3)
+        theirs.append(do_bench(lambda: cublas(a, b)) * 1e3)
+    note = (f"{rounds} rounds: ours {min(ours):.0f}-{max(ours):.0f}, cuBLAS {min(theirs):.0f}-{max(theirs):.0f} us"
+            if rounds > 1 else "")
+    return median(ours), median(theirs), note
+
+
+def run(shapes: list[str], variants: list[Variant], configs: list[str] | None = None, rounds: int = 1,
+        steady_s: float = 0.0) -> list[tuple[str, str, str, float | None, float | None, str]]:
     """Rows (shape, variant, config, us, torch us, note), torch us timed right after each row's own timing:
     torch on every shape first, then variant by variant in
     VARIANTS order (the TMA variants last: a fault loses the process's CUDA context, and with it every later row,
-    which then reports the error instead of a time)."""
+    which then reports the error instead of a time). configs: only the configs whose name contains one of these
+    strings; rounds > 1: ours and cuBLAS alternated that many times, medians of each (`alternate`); steady_s:
+    seconds of cuBLAS before any timing (`steady_state`)."""
     import torch
 
     from benchmarks.harness import log
@@ -175,16 +215,24 @@ def run(shapes: list[str], variants: list[Variant]) -> list[tuple[str, str, str,
         a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
         b = torch.randn(k, n, device="cuda", generator=gen).to(torch.bfloat16)
         problems[shape] = (a, b, a.double() @ b.double())
-        torch_us[shape], note = time_checked(lambda x, y: x @ y, *problems[shape])
+        if steady_s > 0 and len(problems) == 1:
+            log(f"gemm_ab: {steady_s:.0f} s of cuBLAS first (steady clocks)")
+            steady_state(steady_s, a, b)
+        torch_us[shape], note = time_checked(cublas, *problems[shape])
         rows.append((shape, "torch", "cuBLAS", torch_us[shape], torch_us[shape], note))
     for variant in variants:
         for config, launch in variant.configs().items():
+            if configs and not any(c in config for c in configs):
+                continue
             for shape in shapes:
                 log(f"gemm_ab: {shape} {variant.name} {config}")
                 us, note = time_checked(launch, *problems[shape])
                 # cuBLAS again right after: the ratio then compares two neighbours in time (the H200's clocks and
                 # temperature drift over a run; cuBLAS moved 771 -> 792 TFLOP/s between runs on 2026-11-29)
-                paired, _ = time_checked(lambda x, y: x @ y, *problems[shape]) if us is not None else (None, "")
+                paired, _ = time_checked(cublas, *problems[shape]) if us is not None else (None, "")
+                if us is not None and paired is not None and rounds > 1:
+                    us, paired, spread = alternate(launch, *problems[shape][:2], rounds, (us, paired))
+                    note = f"{note}; {spread}"
                 rows.append((shape, variant.name, config, us, paired or torch_us[shape], note))
     order = {shape: i for i, shape in enumerate(shapes)}
     return sorted(rows, key=lambda r: order[r[0]])  # stable: per shape, torch then the variants in order
@@ -214,16 +262,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS],
                         choices=[v.name for v in VARIANTS])
+    parser.add_argument("--configs", nargs="+", default=None,
+                        help="only the configs whose name contains one of these strings (e.g. 's3 G16')")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate ours and cuBLAS this many times per row, report the medians")
+    parser.add_argument("--steady", type=float, default=0.0, metavar="SECONDS",
+                        help="run cuBLAS this long before timing, so the clocks settle under load")
     parser.add_argument("--list", action="store_true", help="print the variants and their configs, then exit")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     chosen = [v for v in VARIANTS if v.name in args.variants]
     if args.list:
         for v in chosen:
             print(f"{v.name}: {v.doc}")
             for config in v.configs():
-                print(f"    {config}")
+                if not args.configs or any(c in config for c in args.configs):
+                    print(f"    {config}")
         return 0
-    print(format_table(run(args.shapes, chosen)))
+    print(format_table(run(args.shapes, chosen, args.configs, args.rounds, args.steady)))
     return 0
 
 
