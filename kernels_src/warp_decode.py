@@ -97,6 +97,11 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     # kernel's MMAs and h loads; opt-in (H16_BOUND, not the default's fp32-level BOUND)
     "v5_p2_h16": (dict(_V5_P2, h_bf16=True), _V5_P2),
     "v5_p2_lb_h16": (dict(_V5_P2, h_bf16=True), dict(_V5_P2, min_blocks=16)),
+    # the default with the K loop unrolled by 3 (no step-buffer rotation: -32 IMAD.MOV of 444 SASS per step)
+    "v5_p2_lb_h16_u3": (dict(_V5_P2, h_bf16=True, unroll=True), dict(_V5_P2, min_blocks=16, unroll=True)),
+    # and gate_up capped at 128 registers too (168 unrolled, 12 resident warps per SM instead of 16)
+    "v5_p2_lb_h16_u3c": (dict(_V5_P2, h_bf16=True, unroll=True, min_blocks=16),
+                         dict(_V5_P2, min_blocks=16, unroll=True)),
 }
 H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
 # The fp32-h reference configuration (h as two bf16 parts, BOUND_DOT-level agreement with float64), also what
@@ -393,7 +398,7 @@ def load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb, lane_block, j, row_
 @mt.func
 def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks, part_stride,
                 ROWS, TEAMS, NT, BLOCKS, USE_DOT, VMODE, FULL_STEPS, PAIRS=False, PREFETCH=1,
-                WORDS=False, FOLD_BIAS=False, WORD_ORDER=False, V_MASKED=False):
+                WORDS=False, FOLD_BIAS=False, WORD_ORDER=False, V_MASKED=False, UNROLL_TAIL=-1):
     """acc[r, t, s] = sum_{k < K} W[row[r, t], k] * v[v_index[t, s] * v_stride + k] for the weight rows `row` (i64
     [R, T], rows of `row_blocks` MX blocks) where `live`, and the vector rows `v_index` (i32 [T, NT]) where `v_live`.
     v_stride (a multiple of 16 in the AOT signatures) multiplies the row index *after* any per-slot pick, so the
@@ -410,11 +415,12 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, 
     WORD_ORDER (WORDS only): K ordered by the nibble positions inside each word (e2m1_word_pairs_to_bf16), four
     dots per step, no byte permutes on the weights. V_MASKED (mt.dot only): the vector loads keep their per-slot
     masks on whole steps too, so dead slots (most of NT = 8 at K3 batches up to 64: about 1.1 pairs per item) read
-    nothing, at the price of predicated loads into zeroed registers."""
+    nothing, at the price of predicated loads into zeroed registers. UNROLL_TAIL (mt.dot, PREFETCH 2, FULL_STEPS;
+    -1: off): the K loop unrolled by 3 with (row_blocks / BLOCKS) % 3 = UNROLL_TAIL steps after it."""
     if USE_DOT:
         result = stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                                  part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS, PAIRS, PREFETCH,
-                                 WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED).reshape((ROWS, 1, NT))
+                                 WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL).reshape((ROWS, 1, NT))
     else:
         result = stream_rows_fma(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                                  ROWS, TEAMS, NT, BLOCKS, FULL_STEPS)
@@ -526,9 +532,89 @@ def load_masked(at, ok, UNMASKED):
 
 
 @mt.func
+def _dot_step(acc, q, blk, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K, part_stride, jh, jl, ROWS, NT, H,
+              JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED):
+    """One K step of stream_rows_dot: the weight words / bytes q of blocks blk ([H, 4]) dequantized with their
+    scales (loaded here), the vector slices loaded, the dots accumulated into acc [ROWS, NT]."""
+    s_ok = live1[None, :, None] & (blk < row_blocks)[:, None, :]
+    s_bytes = load_masked(ws_ptr + s_row[None, :, None] + blk[:, None, :], s_ok, UNMASKED)
+    if WORD_ORDER:  # pairs straight from the nibble positions of each word: 4 dots in the words' K order
+        if FOLD_BIAS:
+            scale = e8m0_to_bf16_times_2_126(s_bytes)[:, :, :, None, None]
+        else:
+            scale = e8m0_to_bf16(s_bytes)[:, :, :, None, None]
+        x = q.to(mt.uint32, bitcast=True)
+        w0, w16 = e2m1_word_pairs_to_bf16(x, FOLD_BIAS)
+        w1, w17 = e2m1_word_pairs_to_bf16(x >> 8, FOLD_BIAS)
+        a_lo = fragment_a_words(w0 * scale, ROWS, H)
+        a_hi = fragment_a_words(w16 * scale, ROWS, H)
+        a_lo1 = fragment_a_words(w1 * scale, ROWS, H)
+        a_hi1 = fragment_a_words(w17 * scale, ROWS, H)
+    elif PAIRS:  # two weights per 32-bit word down to the mma (bitcast_split)
+        if FOLD_BIAS:  # the 2**126 rides on the scale: one packed multiply per pair
+            scale = e8m0_to_bf16_times_2_126(s_bytes)[:, :, :, None, None, None]
+        else:
+            scale = e8m0_to_bf16(s_bytes)[:, :, :, None, None, None]
+        w_lo, w_hi = e2m1_pairs_to_bf16(block_bytes(q, ROWS, H, WORDS), FOLD_BIAS)
+        a_lo = fragment_a_pairs(w_lo * scale, ROWS, H)
+        a_hi = fragment_a_pairs(w_hi * scale, ROWS, H)
+    else:
+        scale = e8m0_to_bf16(s_bytes)[:, :, :, None]
+        w_lo, w_hi = e2m1_to_bf16(q)
+        a_lo = fragment_a(w_lo * scale, ROWS, H)
+        a_hi = fragment_a(w_hi * scale, ROWS, H)
+    # The vectors as [JH, H, NT, 4, JL]: 16 bytes per lane, lanes (vector, block within 4) like the weights'.
+    k_lo = (JL * jh)[:, None, None, None, None] + (blk * 32)[None, :, None, :, None] + jl[None, None, None, None, :]
+    v_at = v_ptr + v_row[None, None, :, None, None] + k_lo
+    if FULL_STEPS:
+        v_lo = load_masked(v_at, v_ok[None, None, :, None, None], V_UNMASKED)
+        v_hi = load_masked(v_at + 16, v_ok[None, None, :, None, None], V_UNMASKED)
+    else:
+        v_lo = mt.load(v_at, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
+        v_hi = mt.load(v_at + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K), other=0)
+    if VMODE == 2 and WORD_ORDER:
+        acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
+    elif VMODE == 2:  # bf16 hi and lo parts of an f32 vector, split once by the producer
+        acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
+        acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+    if VMODE == 2:
+        if FULL_STEPS:
+            v_lo = load_masked(v_at + part_stride, v_ok[None, None, :, None, None], V_UNMASKED)
+            v_hi = load_masked(v_at + part_stride + 16, v_ok[None, None, :, None, None], V_UNMASKED)
+        else:
+            v_lo = mt.load(v_at + part_stride, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
+            v_hi = mt.load(v_at + part_stride + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K),
+                           other=0)
+        if WORD_ORDER:
+            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
+        else:
+            acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
+            acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+    elif VMODE == 1 and WORD_ORDER:
+        v_lo_top = v_lo.to(mt.bfloat16)
+        v_hi_top = v_hi.to(mt.bfloat16)
+        acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo_top, v_hi_top, NT, H, JH, JL)
+        acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, (v_lo - v_lo_top.to(mt.float32)).to(mt.bfloat16),
+                        (v_hi - v_hi_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL)
+    elif VMODE == 1:  # f32 vector: bf16 hi part + bf16 rest, two dots each (about 16 mantissa bits)
+        v_lo_top = v_lo.to(mt.bfloat16)
+        v_hi_top = v_hi.to(mt.bfloat16)
+        acc = mt.dot(a_lo, fragment_b(v_lo_top, NT, H, JH, JL), acc)
+        acc = mt.dot(a_hi, fragment_b(v_hi_top, NT, H, JH, JL), acc)
+        acc = mt.dot(a_lo, fragment_b((v_lo - v_lo_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL), acc)
+        acc = mt.dot(a_hi, fragment_b((v_hi - v_hi_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL), acc)
+    elif WORD_ORDER:
+        acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
+    else:
+        acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
+        acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+    return acc
+
+
+@mt.func
 def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                     part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS, PAIRS, PREFETCH,
-                    WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED):
+                    WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL=-1):
     """stream_rows on tensor cores (TEAMS == 1, ROWS a multiple of 16, BLOCKS of 4): acc [R, NT] with mt.dot.
 
     Each step reads BLOCKS blocks of every row as a [H, R, 4, 16] byte tile, H = BLOCKS / 4: byte j of block
@@ -581,8 +667,41 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
             kb_second = BLOCKS
         q_next2 = load_fragment_bytes(wq_ptr, q_row, live1, kb_second + blk_ht, j, row_blocks, FULL_STEPS, UNIT,
                                       UNMASKED)
+    if UNROLL_TAIL >= 0:
+        # PREFETCH 2 on whole steps, the loop unrolled by 3: three step buffers, each refilled right after its step
+        # is computed, so two steps stay in flight as in the rotating form below, but no register moves between
+        # iterations (the rotation costs 32 IMAD.MOV per step). UNROLL_TAIL = steps % 3 steps run after the loop.
+        q_a, q_b = q_next, q_next2
+        q_c = load_fragment_bytes(wq_ptr, q_row, live1, mt.minimum(2 * BLOCKS, row_blocks - BLOCKS) + blk_ht, j,
+                                  row_blocks, FULL_STEPS, UNIT, UNMASKED)
+        last = row_blocks - BLOCKS
+        for kb in range(0, row_blocks - UNROLL_TAIL * BLOCKS, 3 * BLOCKS):
+            acc = _dot_step(acc, q_a, kb + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K,
+                            part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS,
+                            WORD_ORDER, UNMASKED, V_UNMASKED)
+            q_a = load_fragment_bytes(wq_ptr, q_row, live1, mt.minimum(kb + 3 * BLOCKS, last) + blk_ht, j,
+                                      row_blocks, FULL_STEPS, UNIT, UNMASKED)
+            acc = _dot_step(acc, q_b, kb + BLOCKS + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok,
+                            K, part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS,
+                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED)
+            q_b = load_fragment_bytes(wq_ptr, q_row, live1, mt.minimum(kb + 4 * BLOCKS, last) + blk_ht, j,
+                                      row_blocks, FULL_STEPS, UNIT, UNMASKED)
+            acc = _dot_step(acc, q_c, kb + 2 * BLOCKS + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row,
+                            v_ok, K, part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS,
+                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED)
+            q_c = load_fragment_bytes(wq_ptr, q_row, live1, mt.minimum(kb + 5 * BLOCKS, last) + blk_ht, j,
+                                      row_blocks, FULL_STEPS, UNIT, UNMASKED)
+        tail = row_blocks - UNROLL_TAIL * BLOCKS
+        if UNROLL_TAIL >= 1:
+            acc = _dot_step(acc, q_a, tail + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K,
+                            part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS,
+                            WORD_ORDER, UNMASKED, V_UNMASKED)
+        if UNROLL_TAIL == 2:
+            acc = _dot_step(acc, q_b, tail + BLOCKS + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok,
+                            K, part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS,
+                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED)
+        return acc
     for kb in range(0, row_blocks, BLOCKS):
-        blk = kb + blk_ht
         q = q_next
         if FULL_STEPS:  # the last steps prefetch the last one again (an L2 hit) rather than reading past the row
             kb_next = mt.minimum(kb + PREFETCH * BLOCKS, row_blocks - BLOCKS)
@@ -595,78 +714,9 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
         else:
             q_next = load_fragment_bytes(wq_ptr, q_row, live1, kb_next + blk_ht, j, row_blocks, FULL_STEPS, UNIT,
                                          UNMASKED)
-        s_ok = live1[None, :, None] & (blk < row_blocks)[:, None, :]
-        s_bytes = load_masked(ws_ptr + s_row[None, :, None] + blk[:, None, :], s_ok, UNMASKED)
-        if WORD_ORDER:  # pairs straight from the nibble positions of each word: 4 dots in the words' K order
-            if FOLD_BIAS:
-                scale = e8m0_to_bf16_times_2_126(s_bytes)[:, :, :, None, None]
-            else:
-                scale = e8m0_to_bf16(s_bytes)[:, :, :, None, None]
-            x = q.to(mt.uint32, bitcast=True)
-            w0, w16 = e2m1_word_pairs_to_bf16(x, FOLD_BIAS)
-            w1, w17 = e2m1_word_pairs_to_bf16(x >> 8, FOLD_BIAS)
-            a_lo = fragment_a_words(w0 * scale, ROWS, H)
-            a_hi = fragment_a_words(w16 * scale, ROWS, H)
-            a_lo1 = fragment_a_words(w1 * scale, ROWS, H)
-            a_hi1 = fragment_a_words(w17 * scale, ROWS, H)
-        elif PAIRS:  # two weights per 32-bit word down to the mma (bitcast_split)
-            if FOLD_BIAS:  # the 2**126 rides on the scale: one packed multiply per pair
-                scale = e8m0_to_bf16_times_2_126(s_bytes)[:, :, :, None, None, None]
-            else:
-                scale = e8m0_to_bf16(s_bytes)[:, :, :, None, None, None]
-            w_lo, w_hi = e2m1_pairs_to_bf16(block_bytes(q, ROWS, H, WORDS), FOLD_BIAS)
-            a_lo = fragment_a_pairs(w_lo * scale, ROWS, H)
-            a_hi = fragment_a_pairs(w_hi * scale, ROWS, H)
-        else:
-            scale = e8m0_to_bf16(s_bytes)[:, :, :, None]
-            w_lo, w_hi = e2m1_to_bf16(q)
-            a_lo = fragment_a(w_lo * scale, ROWS, H)
-            a_hi = fragment_a(w_hi * scale, ROWS, H)
-        # The vectors as [JH, H, NT, 4, JL]: 16 bytes per lane, lanes (vector, block within 4) like the weights'.
-        k_lo = (JL * jh)[:, None, None, None, None] + (blk * 32)[None, :, None, :, None] + jl[None, None, None, None, :]
-        v_at = v_ptr + v_row[None, None, :, None, None] + k_lo
-        if FULL_STEPS:
-            v_lo = load_masked(v_at, v_ok[None, None, :, None, None], V_UNMASKED)
-            v_hi = load_masked(v_at + 16, v_ok[None, None, :, None, None], V_UNMASKED)
-        else:
-            v_lo = mt.load(v_at, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
-            v_hi = mt.load(v_at + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K), other=0)
-        if VMODE == 2 and WORD_ORDER:
-            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
-        elif VMODE == 2:  # bf16 hi and lo parts of an f32 vector, split once by the producer
-            acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
-            acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
-        if VMODE == 2:
-            if FULL_STEPS:
-                v_lo = load_masked(v_at + part_stride, v_ok[None, None, :, None, None], V_UNMASKED)
-                v_hi = load_masked(v_at + part_stride + 16, v_ok[None, None, :, None, None], V_UNMASKED)
-            else:
-                v_lo = mt.load(v_at + part_stride, mask=v_ok[None, None, :, None, None] & (k_lo < K), other=0)
-                v_hi = mt.load(v_at + part_stride + 16, mask=v_ok[None, None, :, None, None] & (k_lo + 16 < K),
-                               other=0)
-            if WORD_ORDER:
-                acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
-            else:
-                acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
-                acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
-        elif VMODE == 1 and WORD_ORDER:
-            v_lo_top = v_lo.to(mt.bfloat16)
-            v_hi_top = v_hi.to(mt.bfloat16)
-            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo_top, v_hi_top, NT, H, JH, JL)
-            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, (v_lo - v_lo_top.to(mt.float32)).to(mt.bfloat16),
-                            (v_hi - v_hi_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL)
-        elif VMODE == 1:  # f32 vector: bf16 hi part + bf16 rest, two dots each (about 16 mantissa bits)
-            v_lo_top = v_lo.to(mt.bfloat16)
-            v_hi_top = v_hi.to(mt.bfloat16)
-            acc = mt.dot(a_lo, fragment_b(v_lo_top, NT, H, JH, JL), acc)
-            acc = mt.dot(a_hi, fragment_b(v_hi_top, NT, H, JH, JL), acc)
-            acc = mt.dot(a_lo, fragment_b((v_lo - v_lo_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL), acc)
-            acc = mt.dot(a_hi, fragment_b((v_hi - v_hi_top.to(mt.float32)).to(mt.bfloat16), NT, H, JH, JL), acc)
-        elif WORD_ORDER:
-            acc = dot_words(acc, a_lo, a_lo1, a_hi, a_hi1, v_lo, v_hi, NT, H, JH, JL)
-        else:
-            acc = mt.dot(a_lo, fragment_b(v_lo, NT, H, JH, JL), acc)
-            acc = mt.dot(a_hi, fragment_b(v_hi, NT, H, JH, JL), acc)
+        acc = _dot_step(acc, q, kb + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K, part_stride,
+                        jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS, WORD_ORDER,
+                        UNMASKED, V_UNMASKED)
     return acc
 
 
@@ -681,7 +731,7 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
                    H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
                    PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
                    WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False,
-                   H_BF16: mt.constexpr = False):
+                   H_BF16: mt.constexpr = False, UNROLL_TAIL: mt.constexpr = -1):
     """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32; with H_PARTS as
     bf16 parts instead, h_ptr[0, p, i] = bf16(h) and h_ptr[1, p, i] = bf16(h - bf16(h)) (what the mt.dot down
     kernel feeds its tensor cores: split once here rather than by each of its programs).
@@ -707,7 +757,7 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr,
                           mt.where(pair_ok, pair, 0) // topk, D, pair_ok, D, row_blocks, 0, ROWS, TEAMS, NT,
                           BLOCKS, USE_DOT, 0, FULL_STEPS, PAIRS, PREFETCH, WORDS, FOLD_BIAS,
-                          WORD_ORDER, V_MASKED)
+                          WORD_ORDER, V_MASKED, UNROLL_TAIL)
         acc = acc.reshape((HALF, 2, TEAMS, NT))
         gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=1)
         up = mt.sum(mt.where(is_gate, 0.0, acc), axis=1)
@@ -732,7 +782,7 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
                 H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
                    PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
                    WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False,
-                   H_BF16: mt.constexpr = False):
+                   H_BF16: mt.constexpr = False, UNROLL_TAIL: mt.constexpr = -1):
     """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused (h fp32, or with
     H_PARTS (mt.dot only) gate_up's bf16 parts [2, pairs, I]): the program keeps
     a [ROWS, BT] fp32 accumulator (rows x tokens) over its work items and writes each output once. With an item
@@ -753,7 +803,7 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr,
                           mt.where(pair_ok, pair, 0), I, pair_ok, I, row_blocks, n_pairs * I, ROWS, TEAMS, NT,
                           BLOCKS, USE_DOT, 0 if H_BF16 else (2 if H_PARTS else 1), FULL_STEPS, PAIRS, PREFETCH, WORDS,
-                          FOLD_BIAS, WORD_ORDER, V_MASKED)
+                          FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL)
         weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
         mine = ((pair // topk)[:, :, None] == token[None, None, :]) & pair_ok[:, :, None]  # [T, NT, BT]
         contrib = mt.where(mine[None, :, :, :], (acc * weight[None, :, :])[:, :, :, None], 0.0)
@@ -780,6 +830,8 @@ def _signature(kind: str, pairs: str, h: str = "fp32", wq: str = "u8") -> str:
 # 12 at its natural 168-170 (ncu, 2026-11-29: 14% achieved occupancy, long-scoreboard stalls first): KernelConfig
 # min_blocks=16 selects it (variant v5_p2_lb).
 down_kernel_16 = mt.kernel(min_blocks_per_sm=16)(down_kernel.fn)
+# The same cap for gate_up (its K loop unrolled by 3 takes 168 registers uncapped, v5_p2_lb_h16_u3).
+gate_up_kernel_16 = mt.kernel(min_blocks_per_sm=16)(gate_up_kernel.fn)
 
 
 @mt.kernel
@@ -938,9 +990,10 @@ class KernelConfig:
     words: bool = False  # pairs only: read the packed weights as int32 words (small carried tiles, for prefetch 2)
     fold_bias: bool | None = None  # pairs only: the 2**126 bias on the scale; None: when the experts allow it
     word_order: bool = False  # words only: K in the words' nibble order, pairs without byte permutes (4 dots/step)
-    min_blocks: int | None = None  # down only: 16 launches down_kernel_16 (at most 128 registers)
+    min_blocks: int | None = None  # 16 launches down_kernel_16 / gate_up_kernel_16 (at most 128 registers)
     v_masked: bool = False  # mt.dot only: dead vector slots read nothing (masked loads; stream_rows V_MASKED)
     h_bf16: bool = False  # gate_up, mt.dot only: h as one bf16 part [P, I] (peers' precision), not hi + lo parts
+    unroll: bool = False  # prefetch 2 on whole steps: the K loop unrolled by 3, no step-buffer rotation (UNROLL_TAIL)
 
 
 def pick_teams(row_blocks: int, items_hint: int) -> int:
@@ -1030,6 +1083,8 @@ def _check_config(config: KernelConfig) -> None:
         raise ValueError("config.words (weights read as int32 words) goes with config.pairs")
     if config.min_blocks not in (None, 16) or (config.min_blocks and (not config.use_dot or config.num_warps != 1)):
         raise ValueError(f"config.min_blocks must be None or 16 (one-warp mt.dot programs), got {config.min_blocks}")
+    if config.unroll and config.prefetch != 2:
+        raise ValueError("config.unroll goes with config.prefetch = 2")
     if (config.v_masked or config.h_bf16) and not config.use_dot:
         raise ValueError("config.v_masked and config.h_bf16 are for the mt.dot path")
     if config.splits is not None and config.splits < 1:
@@ -1042,6 +1097,14 @@ def _check_config(config: KernelConfig) -> None:
 def _full_steps(w: PreparedExperts, config: KernelConfig) -> bool:
     """Every K step of every lane lies inside the row (no partial block, no lane past the row's end)."""
     return w.k == w.row_blocks * mxfp4.BLOCK and w.row_blocks % config.blocks == 0
+
+
+def _unroll_tail(w: PreparedExperts, config: KernelConfig) -> int:
+    """UNROLL_TAIL: the steps left after the K loop unrolled by 3 ((row_blocks / blocks) % 3), or -1 (the rotating
+    loop) unless config.unroll applies (whole steps)."""
+    if not (config.unroll and config.use_dot and _full_steps(w, config)):
+        return -1
+    return (w.row_blocks // config.blocks) % 3
 
 
 def _weight_operand(w: PreparedExperts, config: KernelConfig) -> torch.Tensor:
@@ -1078,8 +1141,6 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     if config is None:
         config = pick_config(w13.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
     _check_config(config)
-    if config.min_blocks is not None:
-        raise ValueError("config.min_blocks is a down-kernel option")
     if config.h_bf16:
         h = torch.empty((routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
         parts = False
@@ -1094,9 +1155,11 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
                 USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config), H_PARTS=parts, H_BF16=config.h_bf16,
                 PAIRS=config.pairs,
                 PREFETCH=config.prefetch, WORDS=config.words, FOLD_BIAS=_fold_bias(w13, config),
-                WORD_ORDER=config.word_order, V_MASKED=config.v_masked, num_warps=config.num_warps)
-    splits = _splits(gate_up_kernel, config, programs, routing, x.device, lambda: args, meta)
-    gate_up_kernel[(programs, splits)](*args, **meta)
+                WORD_ORDER=config.word_order, V_MASKED=config.v_masked, UNROLL_TAIL=_unroll_tail(w13, config),
+                num_warps=config.num_warps)
+    kernel = gate_up_kernel_16 if config.min_blocks == 16 else gate_up_kernel
+    splits = _splits(kernel, config, programs, routing, x.device, lambda: args, meta)
+    kernel[(programs, splits)](*args, **meta)
     return h
 
 
@@ -1127,7 +1190,7 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
                 FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, H_BF16=h_bf16, PAIRS=config.pairs,
                 PREFETCH=config.prefetch,
                 WORDS=config.words, FOLD_BIAS=_fold_bias(w2, config), WORD_ORDER=config.word_order,
-                V_MASKED=config.v_masked,
+                V_MASKED=config.v_masked, UNROLL_TAIL=_unroll_tail(w2, config),
                 num_warps=config.num_warps)
 
     def args_with(out: torch.Tensor) -> tuple:

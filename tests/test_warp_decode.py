@@ -446,24 +446,45 @@ def test_h_in_one_bf16_part(interpret: None, variant: str) -> None:
     assert rel_err(out, ref_out) <= H16_BOUND
     fp32_h = wd.down(h.float(), routing, w2, torch.float32, dataclasses.replace(c2, use_dot=False, teams=1,
                      blocks=32, num_warps=8, pairs=False, prefetch=1, words=False, fold_bias=None,
-                     word_order=False, min_blocks=None, rows=8))
+                     word_order=False, min_blocks=None, rows=8, unroll=False))
     assert rel_err(out, fp32_h) <= BOUND_DOT
     assert rel_err(wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant=variant), ref_out) <= BOUND_BF16_OUT
 
 
+@pytest.mark.parametrize("D,I", [(1024, 256), (1280, 512), (2304, 256)])
+def test_unrolled_k_loop_is_the_same_sum(interpret: None, D: int, I: int) -> None:
+    """The K loop unrolled by 3 (v5_p2_lb_h16_u3: three step buffers, UNROLL_TAIL steps after the loop) does the
+    same dots in the same order as the rotating loop: bit for bit the same output. D = 1024 / 1280 / 2304 give
+    gate_up 4 / 5 / 9 steps of 8 blocks (tails 1, 2, 0 with 1-3 loop iterations); I = 256 / 512 give down 1 / 2
+    steps (the loop skipped, the tail only)."""
+    p = Problem(3, D=D, I=I, E=4, k=2, seed=75 + D)
+    w13, w2 = p.prepare()
+    assert [wd._unroll_tail(w, wd.pick_config(w.row_blocks, 6, True, "v5_p2_lb_h16_u3", kernel))
+            for w, kernel in ((w13, "gate_up"), (w2, "down"))] == [(D // 256) % 3, (I // 256) % 3]
+    rolled = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v5_p2_lb_h16")
+    unrolled = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v5_p2_lb_h16_u3")
+    assert torch.equal(rolled, unrolled)
+    assert torch.equal(rolled, wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32,
+                                             variant="v5_p2_lb_h16_u3c"))
+    ref, _ = p.reference()
+    assert rel_err(unrolled, ref) <= H16_BOUND
+
+
 def test_default_variant_by_batch() -> None:
     """moe_decode's variant when none is named follows the A/B runs: v5_p2_lb_h16 at every batch (2026-11-30);
-    with h_precision="fp32" v5_p2 below B = 16 and v5_p2_lb from it (2026-11-29); min_blocks is a down-kernel
-    option only."""
+    with h_precision="fp32" v5_p2 below B = 16 and v5_p2_lb from it (2026-11-29); min_blocks (one-warp mt.dot
+    programs only) caps either kernel."""
     assert {wd.default_variant(b) for b in (1, 4, 15, 16, 64)} == {"v5_p2_lb_h16"} <= wd.H16_VARIANTS
     assert [wd.default_variant(b, "fp32") for b in (1, 4, 15, 16, 64)] == ["v5_p2"] * 3 + ["v5_p2_lb"] * 2
     with pytest.raises(ValueError, match="h_precision"):
         wd.default_variant(1, "fp16")
     up, down = (wd.pick_config(8, 16, True, "v5_p2_lb", kernel) for kernel in ("gate_up", "down"))
     assert up.min_blocks is None and down.min_blocks == 16
+    assert wd.pick_config(8, 16, True, "v5_p2_lb_h16_u3c").min_blocks == 16
     with pytest.raises(ValueError, match="min_blocks"):
         wd.gate_up(torch.zeros(1, 64, dtype=torch.bfloat16), wd.plan_routing(torch.tensor([[0]]), torch.ones(1, 1))[0],
-                   Problem(1, D=64, I=48, E=2, k=1, seed=1).prepare()[0], down)
+                   Problem(1, D=64, I=48, E=2, k=1, seed=1).prepare()[0],
+                   wd.KernelConfig(False, rows=8, teams=1, blocks=32, num_warps=8, min_blocks=16))
 
 
 @pytest.mark.parametrize("variant", ["v4_fold", "v5_mixed"])

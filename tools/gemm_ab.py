@@ -3,7 +3,7 @@
     python tools/gemm_ab.py                 every variant, every shape (8192^3, 4096^3, 64x8192x8192)
     python tools/gemm_ab.py --shapes 4096^3 --variants cp.async-ring
     python tools/gemm_ab.py --list          the variants and their configs (no GPU needed)
-    python tools/gemm_ab.py --variants tma-ws --configs "128x256x64 w8 s3" --rounds 5 --steady 20
+    python tools/gemm_ab.py --variants tma-ws --configs 128x256x64_w8_s3 --rounds 5 --steady 20
                                             one config, ours and cuBLAS alternated 5 times after 20 s of load
 
 Variants (each a kernel of minitriton.kernels.examples and the configs it is timed with; the row reports each
@@ -263,13 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS],
                         choices=[v.name for v in VARIANTS])
     parser.add_argument("--configs", nargs="+", default=None,
-                        help="only the configs whose name contains one of these strings (e.g. 's3 G16')")
+                        help="only the configs whose name contains one of these strings, '_' for a space "
+                             "(e.g. 128x256x64_w8_s3)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="alternate ours and cuBLAS this many times per row, report the medians")
     parser.add_argument("--steady", type=float, default=0.0, metavar="SECONDS",
                         help="run cuBLAS this long before timing, so the clocks settle under load")
     parser.add_argument("--list", action="store_true", help="print the variants and their configs, then exit")
     args = parser.parse_args(argv)
+    args.configs = [c.replace("_", " ") for c in args.configs] if args.configs else None
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     chosen = [v for v in VARIANTS if v.name in args.variants]
