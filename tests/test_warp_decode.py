@@ -471,10 +471,10 @@ def test_unrolled_k_loop_is_the_same_sum(interpret: None, D: int, I: int) -> Non
 
 
 def test_default_variant_by_batch() -> None:
-    """moe_decode's variant when none is named follows the A/B runs: v5_p2_lb_h16 at every batch (2026-11-30);
+    """moe_decode's variant when none is named follows the A/B runs: v5_p2_lb_h16_u3c at every batch (2026-11-30);
     with h_precision="fp32" v5_p2 below B = 16 and v5_p2_lb from it (2026-11-29); min_blocks (one-warp mt.dot
     programs only) caps either kernel."""
-    assert {wd.default_variant(b) for b in (1, 4, 15, 16, 64)} == {"v5_p2_lb_h16"} <= wd.H16_VARIANTS
+    assert {wd.default_variant(b) for b in (1, 4, 15, 16, 64)} == {"v5_p2_lb_h16_u3c"} <= wd.H16_VARIANTS
     assert [wd.default_variant(b, "fp32") for b in (1, 4, 15, 16, 64)] == ["v5_p2"] * 3 + ["v5_p2_lb"] * 2
     with pytest.raises(ValueError, match="h_precision"):
         wd.default_variant(1, "fp16")
