@@ -83,3 +83,23 @@ def test_gpu_barrier_orders_the_scratch(n: int) -> None:
         scratch.fill_(float("nan"))
         shift_through_memory[(1,)](x, scratch, out, N=n, BARRIER=True, num_warps=4)
         torch.testing.assert_close(out.cpu(), expected(x.cpu()), rtol=0, atol=0)
+
+
+def test_barrier_sites_tool_attributes_each_barrier_to_an_op() -> None:
+    """tools/barrier_sites.py (no GPU) counts the bar.sync of a kernel's PTX by op and source line: the softmax
+    example's cross-warp reductions (max and sum over a row spread over the warps) each emit theirs, attributed to
+    softmax.py; the counts add up to the bar.sync in the PTX."""
+    import importlib.util
+    from pathlib import Path
+
+    from minitriton.kernels.examples import softmax
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "barrier_sites.py"
+    spec = importlib.util.spec_from_file_location("barrier_sites", path)
+    tool = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(tool)  # type: ignore[union-attr]
+    counts = tool.barrier_sites(softmax.softmax_kernel, 0)
+    assert counts and all(loc.startswith("softmax.py:") for _, loc in counts)
+    assert any(op == "mt.reduce" for op, _ in counts)
+    ptx = softmax.softmax_kernel.specializations[0].compile(target="ptx").ptx
+    assert sum(counts.values()) == ptx.count("bar.sync")

@@ -51,6 +51,11 @@ class Variant:
     configs: Callable[[], dict[str, Launch]]
 
 
+# Skinny tiles for the cp.async ring (M = 64: one warpgroup, m64 wgmma; 64x8192x8192 runs 128 programs, one wave,
+# where 128x256 tiles run 32 half-empty ones). ptxas: 135 registers, no spills; 64x128 spills at 4 warps.
+RING_EXTRA_CONFIGS = [((64, 64, 64), 4, 6), ((64, 64, 64), 4, 8)]
+
+
 def _ring_configs() -> dict[str, Launch]:
     import torch
 
@@ -58,10 +63,10 @@ def _ring_configs() -> dict[str, Launch]:
     from minitriton.kernels.examples import matmul as mm
 
     out: dict[str, Launch] = {}
-    for config in mm.MATMUL_CONFIGS:
+    extra = [mt.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
+             for (bm, bn, bk), w, st in RING_EXTRA_CONFIGS]
+    for config in [c for c in mm.MATMUL_CONFIGS if c.kwargs["BLOCK_M"] >= 128] + extra:
         meta = dict(config.kwargs)
-        if meta["BLOCK_M"] < 128:  # the small-problem / interpreter config
-            continue
         name = f"{meta['BLOCK_M']}x{meta['BLOCK_N']}x{meta['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
 
         def launch(a: Any, b: Any, meta: dict = meta, config: Any = config) -> Any:
