@@ -10,7 +10,8 @@ result register, the operand element it needs in one fixed operand register (the
 thread), the op is free: the result is a list of the operand's register names (`register_permutation`). The
 tiling pass arranges this for splat, broadcast, expand_dims and trans. Otherwise the tile goes through shared
 memory (`exchange`): `bar.sync`, every owner stores its elements at their linear index, `bar.sync`, every thread
-loads the elements it needs. Tiles larger than the shared-memory budget go in several rounds, each handling one
+loads the elements it needs, with vector accesses (up to 16 bytes) wherever a thread's registers hold consecutive,
+aligned linear indices (`vector_runs`). Tiles larger than the shared-memory budget go in several rounds, each handling one
 range of linear indices under per-register predicates.
 
 A 2-D convert_layout (the GEMM epilogue's accumulator -> store layout) takes a cheaper road when both layouts
@@ -82,13 +83,64 @@ def exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: S
         ctx.need_smem(numel * size)
         ctx.barrier()
         waddr = ctx.smem_addr(src, src_strides, size)
-        for r, reg in enumerate(regs):
-            _st(ctx, cls, f"{waddr}+{_const_index(src.reg_offsets[r], src_strides) * size}", reg, pred)
+        for run in vector_runs(src, tuple(src_strides), size if cls != "pred" else 0):
+            offset = _const_index(src.reg_offsets[run[0]], src_strides) * size
+            _st_vector(ctx, cls, f"{waddr}+{offset}", [regs[r] for r in run], pred)
         ctx.barrier()
         raddr = ctx.smem_addr(dst, dst_strides, size)
-        return [_ld(ctx, cls, f"{raddr}+{(read_offset + _const_index(dst.reg_offsets[r], dst_strides)) * size}")
-                for r in range(dst.num_regs)]
+        out = [""] * dst.num_regs
+        for run in vector_runs(dst, tuple(dst_strides), size if cls != "pred" else 0, read_offset):
+            offset = (read_offset + _const_index(dst.reg_offsets[run[0]], dst_strides)) * size
+            for r, d in zip(run, _ld_vector(ctx, cls, f"{raddr}+{offset}", len(run))):
+                out[r] = d
+        return out
     return _exchange_in_rounds(ctx, regs, src, src_strides, dst, dst_strides, cls, numel, pred, read_offset)
+
+
+VECTOR_BYTES = 16  # the widest shared-memory access (ld / st.shared.v4.b32)
+
+
+@lru_cache(maxsize=1024)
+def vector_runs(tmap: ThreadMap, strides: tuple[int, ...], size: int, extra: int = 0) -> list[list[int]]:
+    """The thread's registers grouped for vector shared-memory accesses: runs of registers whose elements sit at
+    consecutive linear indices (sum(coord * strides) + extra), each run's first index a multiple of its length in
+    every thread (so the address is aligned to the vector's bytes), at most VECTOR_BYTES per run, lengths 4, 2 or
+    1. size 0 (predicates, stored as bytes through selp) keeps every register on its own. A warp's v4 access to 32
+    consecutive 16-byte chunks costs the same shared-memory wavefronts as four scalar ones, in a quarter of the
+    instructions: what the MIO queue of a conversion-heavy kernel is short of."""
+    lin = [_const_index(o, strides) for o in tmap.reg_offsets]
+    bases = {sum(b * s for b, s in zip(tmap.base(t), strides)) + extra for t in range(tmap.num_threads)}
+    at = {index: r for r, index in enumerate(lin)}
+    runs, done = [], set()
+    for r in sorted(range(len(lin)), key=lin.__getitem__):
+        if r in done:
+            continue
+        for width in (4, 2, 1):
+            if width * size > VECTOR_BYTES or (width > 1 and size == 0):
+                continue
+            members = [at.get(lin[r] + i) for i in range(width)]
+            if (None not in members and not done.intersection(members)
+                    and all((base + lin[r]) % width == 0 for base in bases)):
+                break
+        runs.append(members)  # type: ignore[arg-type]
+        done.update(members)  # type: ignore[arg-type]
+    return runs
+
+
+def _st_vector(ctx: KernelContext, cls: str, addr: str, regs: list[str], pred: str | None) -> None:
+    if len(regs) == 1:
+        _st(ctx, cls, addr, regs[0], pred)
+        return
+    guard = f"@{pred} " if pred else ""
+    ctx.emit(f"{guard}st.shared.v{len(regs)}.b{8 * CLASS_BYTES[cls]} [{addr}], {{{', '.join(regs)}}};")
+
+
+def _ld_vector(ctx: KernelContext, cls: str, addr: str, width: int) -> list[str]:
+    if width == 1:
+        return [_ld(ctx, cls, addr)]
+    out = [ctx.new(cls) for _ in range(width)]
+    ctx.emit(f"ld.shared.v{width}.b{8 * CLASS_BYTES[cls]} {{{', '.join(out)}}}, [{addr}];")
+    return out
 
 
 def _exchange_in_rounds(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: Sequence[int],

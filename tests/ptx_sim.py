@@ -473,6 +473,7 @@ class CTA:
         size = _bits(t) // 8
         tids = np.nonzero(mask)[0]
         addrs = self.address(ops[1])[tids]
+        _check_aligned(addrs, vec * size, "ld." + space)
         if space == "shared":
             raw = self.smem.read(tids, addrs, vec * size)
         else:
@@ -488,6 +489,7 @@ class CTA:
         size = _bits(t) // 8
         tids = np.nonzero(mask)[0]
         addrs = self.address(ops[0])[tids]
+        _check_aligned(addrs, len(srcs) * size, "st." + space)
         raw = np.concatenate([np.ascontiguousarray(self.get(s, f"b{8 * size}")[tids]).view(np.uint8)
                               .reshape(len(tids), size) for s in srcs], axis=1)
         if space == "shared":
@@ -969,3 +971,10 @@ def run_ptx(ptx: str, name: str, grid: Sequence[int] | int, args: Sequence[Any],
         raw_t = torch.from_numpy(raw.view(np.uint8).copy())
         view_dtype = _TORCH_RAW.get(tensor.dtype, tensor.dtype)
         tensor.copy_(raw_t.view(view_dtype).view(tensor.dtype).reshape(tensor.shape))
+
+
+def _check_aligned(addrs: np.ndarray, nbytes: int, what: str) -> None:
+    """A vector access (or any access) must be aligned to its size, as on the GPU (misaligned address fault)."""
+    bad = addrs % nbytes != 0 if nbytes > 1 else np.zeros(0, dtype=bool)
+    if bad.any():
+        raise SimError(f"misaligned {what} of {nbytes} bytes at address {int(addrs[np.argmax(bad)])}")

@@ -684,3 +684,38 @@ def test_gpu_math_within_the_documented_error(t: str, gen: torch.Generator) -> N
         err = ((g_ - w).abs() / (1.0 if absolute else w.abs().clamp_min(1e-30))).max().item()
         bound = {"mt.tanh": 1e-3, "mt.sin": 4e-6, "mt.cos": 4e-6}.get(name, 2e-6) if t == "f32" else 2 ** -7
         assert err <= bound, f"{name} on {t}: {err}"
+
+
+# --------------------------------------------------------------------- vector shared-memory exchanges
+
+
+def test_vector_runs_group_consecutive_aligned_registers() -> None:
+    """codegen/layout_moves.py `vector_runs`: a thread's registers at consecutive, aligned linear indices go to one
+    vector access (at most 16 bytes), the rest stay scalar; predicates never group."""
+    from minitriton.codegen.layout_moves import vector_runs
+    from minitriton.ir.layouts import blocked, row_major_strides, thread_map
+
+    four = thread_map(blocked([1, 4], [4, 8], [2, 1], [1, 0]), (16, 32))  # 4 consecutive f32 per thread: v4
+    strides = tuple(row_major_strides((16, 32)))
+    assert [len(run) for run in vector_runs(four, strides, 4)] == [4, 4]
+    assert [len(run) for run in vector_runs(four, strides, 8)] == [2, 2, 2, 2]  # 16 bytes at most
+    assert [len(run) for run in vector_runs(four, strides, 2)] == [4, 4]  # 8 bytes of b16
+    assert [len(run) for run in vector_runs(four, strides, 0)] == [1] * 8  # predicates
+    assert [len(run) for run in vector_runs(four, strides, 4, 2)] == [2, 2, 2, 2]  # shifted by 2: 8-aligned only
+    assert [len(run) for run in vector_runs(four, strides, 4, 1)] == [1, 2, 1] * 2  # odd: pairs where aligned
+    one = thread_map(blocked([1, 1], [1, 32], [2, 1], [1, 0]), (16, 32))  # one element per row per thread
+    assert all(len(run) == 1 for run in vector_runs(one, strides, 4))
+    runs = vector_runs(four, strides, 4)
+    assert sorted(r for run in runs for r in run) == list(range(four.num_regs))  # every register exactly once
+
+
+def test_vector_exchange_in_the_ptx_runs_on_the_simulator() -> None:
+    """The KDA decode step's conversions read their K vectors with ld.shared.v4 (its [4, 8, 4] column tiles hold 4
+    consecutive values a thread); the PTX simulator (which faults misaligned vector accesses, as the GPU does)
+    replays it against the interpreter in tests/test_kda_decode.py. Here: the vector forms are in the PTX, each
+    16-byte access at an offset that is a multiple of 16."""
+    from minitriton.kernels import kda_decode
+
+    ptx = kda_decode.kda_decode_step_kernel.specializations[-1].compile(target="ptx").ptx
+    vectors = re.findall(r"ld\.shared\.v4\.b32 \{[^}]*\}, \[%r\d+\+(\d+)\];", ptx)
+    assert vectors and all(int(off) % 16 == 0 for off in vectors)
