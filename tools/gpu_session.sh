@@ -7,13 +7,14 @@
 # Steps (each time-boxed, each logged to $OUT/<step>.log, a summary table last):
 #   tests      pytest -m gpu on the files that changed since the last GPU run (GPU_TESTS overrides)
 #   kda        tools/kda_decode_ab.py     KDA replay decode variants vs fla T=1 pool (issue 6)
+#   kdabench   benchmarks/bench_kda_decode.py  the issue's full KDA table (k = 0, 1, 3, 7; KDA_BENCH_ARGS)
 #   warp       tools/warp_decode_ab.py    WarpDecode variants vs triton_kernels (issue 7)
 #   gemm       tools/gemm_ab.py           GEMM variants (cp.async ring, TMA ring, warp specialized) vs cuBLAS (issue 4)
 #   flash      tools/flash_kda_variants.py  FlashKDA phase-1 variants per kernel vs fla (issue 5)
 #   sanitize   tools/sanitize.sh          compute-sanitizer memcheck / racecheck on every kernel family
 #   ncu        tools/ncu_profile.sh       Nsight Compute: speed of light, occupancy, stall reasons per K3 / GEMM kernel
-# LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200. KDA_ARGS / WARP_ARGS / GEMM_ARGS /
-# FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files, FLASH_TESTS_K the
+# LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200. KDA_ARGS / KDA_BENCH_ARGS / WARP_ARGS /
+# GEMM_ARGS / FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files, FLASH_TESTS_K the
 # FlashKDA tests' -k filter (none: skip them).
 # A missing tool is reported and skipped. Exits non-zero when any step failed.
 set -uo pipefail
@@ -29,7 +30,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 
-declare -A LIMIT=([tests]=480 [kda]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300)
+declare -A LIMIT=([tests]=480 [kda]=240 [kdabench]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300)
 for name in "${!LIMIT[@]}"; do  # LIMIT_<step>=seconds overrides a time box (to fit steps into one device call)
     override="LIMIT_$name"
     [ -n "${!override:-}" ] && LIMIT[$name]=${!override}
@@ -71,6 +72,7 @@ for s in $steps; do
     case $s in
         tests) step tests bash -c gpu_tests ;;
         kda) tool kda tools/kda_decode_ab.py ${KDA_ARGS:-} ;;
+        kdabench) tool kdabench benchmarks/bench_kda_decode.py --no-save ${KDA_BENCH_ARGS:-} ;;
         warp) tool warp tools/warp_decode_ab.py ${WARP_ARGS:-} ;;
         gemm) tool gemm tools/gemm_ab.py ${GEMM_ARGS:-} ;;
         flash) tool flash tools/flash_kda_variants.py ${FLASH_ARGS:-1x32768x16 1x8192x12} ;;
