@@ -14,8 +14,8 @@
 #   sanitize   tools/sanitize.sh          compute-sanitizer memcheck / racecheck on every kernel family
 #   ncu        tools/ncu_profile.sh       Nsight Compute: speed of light, occupancy, stall reasons per K3 / GEMM kernel
 # LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200. KDA_ARGS / KDA_BENCH_ARGS / WARP_ARGS /
-# GEMM_ARGS / FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files, FLASH_TESTS_K the
-# FlashKDA tests' -k filter (none: skip them).
+# GEMM_ARGS / FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files,
+# FLASH_TESTS_K the FlashKDA tests' -k filter (none: skip them).
 # A missing tool is reported and skipped. Exits non-zero when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
