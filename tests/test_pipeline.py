@@ -702,3 +702,12 @@ def test_gemm_ab_lists_its_variants_and_formats_a_table(capsys: pytest.CaptureFi
                                   ("4096^3", "tma-ring", "128x256x64 w8 s4", 210.0, 200.0, "rel err 3e-03"),
                                   ("4096^3", "tma-ring", "128x128x64 w8 s5", None, 200.0, "wrong: relative error")])
     assert "95.2" in table and "654.5" in table and "wrong" in table
+    assert gemm_ab.main(["--list", "--variants", "tma-ws", "--configs", "256x128x64_w8_s3"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ["    256x128x64 w8 s3 G8"]  # '_' stands for a space
+    # --rounds: ours and cuBLAS alternate, medians of each (a fake clock: ours 10, 30, 20 and cuBLAS 9, 7, 8 us)
+    import benchmarks.harness as harness
+
+    times = iter([0.030, 0.007, 0.020, 0.008])  # ms: the rounds after the first pair (10 us, 9 us)
+    monkeypatch.setattr(harness, "do_bench", lambda fn: next(times))
+    ours, theirs, note = gemm_ab.alternate(lambda a, b: None, None, None, 3, (10.0, 9.0))
+    assert (ours, theirs) == (20.0, 8.0) and "3 rounds: ours 10-30, cuBLAS 7-9 us" in note
