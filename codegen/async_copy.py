@@ -326,8 +326,9 @@ def _tma_ring_copy(ctx: KernelContext, op: Operation) -> None:
     if operand is None:
         raise ctx.error("TMA ring copies fill rings laid out as wgmma operands")
     shape = tuple(ring_t.shape[1:])
-    boxes = wgmma_ring_boxes(operand, shape, ctx.num_warps, ring_t.scalar.bytes)  # type: ignore[arg-type,union-attr]
     box_shape = tuple(desc.type.block_shape)  # type: ignore[union-attr]
+    boxes = wgmma_ring_boxes(operand, shape, ctx.num_warps, ring_t.scalar.bytes,  # type: ignore[arg-type,union-attr]
+                             rank=len(box_shape))
     if any(tuple(b) != box_shape for _, b, _ in boxes):
         raise ctx.error(f"the descriptor's box {list(box_shape)} is not the ring's box {list(boxes[0][1])}")
     issue = ctx.new("pred")
@@ -338,8 +339,19 @@ def _tma_ring_copy(ctx: KernelContext, op: Operation) -> None:
     arrive_expect_tx(ctx, bar, nbytes, issue)
     tensor_map, r0, c0 = ctx.get1(desc), ctx.get1(row), ctx.get1(col)
     for (dr, dc), _, at in boxes:
-        coords = [_offset(ctx, r0, dr), _offset(ctx, c0, dc)]
+        row, col = _offset(ctx, r0, dr), _offset(ctx, c0, dc)
+        coords = [row, col] if len(box_shape) == 2 else _paired_rows(ctx, row) + [col]
         tma_load(ctx, f"{base}+{at}" if at else base, tensor_map, coords, bar, issue)
+
+
+def _paired_rows(ctx: KernelContext, row: str) -> list[str]:
+    """The outer coordinates (q, u, g) = (row / 64, row / 8 % 8, 0) of A row `row` in its [M / 64, 8, 8, K] view
+    (wgmma_ring_boxes rank 4)."""
+    q, u, g = ctx.new("b32"), ctx.new("b32"), ctx.new("b32")
+    ctx.emit(f"shr.s32 {q}, {row}, 6;")
+    ctx.emit(f"bfe.u32 {u}, {row}, 3, 3;")
+    ctx.emit(f"mov.b32 {g}, 0;")
+    return [q, u, g]
 
 
 def _offset(ctx: KernelContext, reg: str, delta: int) -> str:

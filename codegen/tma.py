@@ -193,12 +193,23 @@ TMA_SWIZZLE_ROW_BYTES = 128
 RING_BOX_ROWS = 8  # rows of an A box: one 8-row group of the permuted A (one 128B swizzle atom when K-major)
 
 
-def wgmma_ring_boxes(operand: int, shape: tuple[int, int], num_warps: int, elem: int = 2
-                     ) -> list[tuple[tuple[int, int], tuple[int, int], int]]:
+A_PAIR_ROWS = 64  # the row distance of two 8-row groups of A that land in adjacent swizzle atoms (a_tile_row)
+
+
+def wgmma_ring_boxes(operand: int, shape: tuple[int, int], num_warps: int, elem: int = 2, rank: int = 2
+                     ) -> list[tuple[tuple[int, int], tuple[int, ...], int]]:
     """The TMA boxes that fill a ring slot laid out as wgmma operand `operand` (0 = A, M x K; 1 = B, K x N; 16-bit
     elements, 128B swizzle, the contiguous extent a multiple of 64 elements): per box ((row, col) of its first
-    element in the tile, box shape (rows, cols), byte offset in the slot). Every offset is a multiple of 1024, so
-    TMA's swizzle (16-byte chunk j of box row r at j ^ (r % 8)) is the one `operand_offset` applies."""
+    element in the tile, box shape, byte offset in the slot). Every offset is a multiple of 1024, so TMA's swizzle
+    (16-byte chunk j of box row r at j ^ (r % 8)) is the one `operand_offset` applies.
+
+    rank 2: boxes (rows, cols). rank 4 (A only): A viewed as [M / 64, 8, 8, K] (row = 64 q + 8 u + g), boxes
+    (2, 1, 8, cols) = the 8-row group at `row` and the one 64 rows below it, which a_tile_row puts in adjacent
+    atoms (row groups 8 i + 4 t + w at atom 2 w + i): half the boxes of rank 2 (8 instead of 16 for 128 rows)."""
+    if rank == 4 and operand == 0:
+        return _paired_a_boxes(shape, num_warps, elem)
+    if rank != 2:
+        raise ValueError(f"no rank-{rank} TMA ring boxes for operand {operand}")
     rows, cols = shape
     per_row = TMA_SWIZZLE_ROW_BYTES // elem  # elements of one 128-byte row
     if elem != 2 or cols % per_row or (operand == 0 and rows % RING_BOX_ROWS):
@@ -213,6 +224,27 @@ def wgmma_ring_boxes(operand: int, shape: tuple[int, int], num_warps: int, elem:
     for col in range(0, cols, per_row):  # one column atom of K rows x 128 bytes (MN-major)
         boxes.append(((0, col), (rows, per_row), (col // per_row) * rows * TMA_SWIZZLE_ROW_BYTES))
     return boxes
+
+
+def _paired_a_boxes(shape: tuple[int, int], num_warps: int, elem: int
+                    ) -> list[tuple[tuple[int, int], tuple[int, ...], int]]:
+    """wgmma_ring_boxes(0, ..., rank=4): each pair of rank-2 boxes (row, col) and (row + 64, col) whose atoms are
+    adjacent in the slot (the second 1024 bytes after the first) as one (2, 1, 8, cols) box."""
+    flat = wgmma_ring_boxes(0, shape, num_warps, elem)
+    at = {start: dst for start, _, dst in flat}
+    paired = []
+    for (row, col), (rows, cols), dst in flat:
+        if (row // A_PAIR_ROWS) % 2:
+            continue
+        partner = at.get((row + A_PAIR_ROWS, col))
+        if partner is None:
+            raise ValueError(f"A of shape {shape} has no row group {A_PAIR_ROWS} rows below row {row}: no rank-4 "
+                             "boxes (rows a multiple of 128 needed)")
+        if partner != dst + RING_BOX_ROWS * TMA_SWIZZLE_ROW_BYTES:
+            raise ValueError(f"A rows {row} and {row + A_PAIR_ROWS} do not land in adjacent atoms of a {shape} "
+                             f"slot on {num_warps} warps: no rank-4 boxes")
+        paired.append(((row, col), (2, 1, rows, cols), dst))
+    return paired
 
 
 

@@ -65,7 +65,8 @@ TMA rings (docs/kernels/gemm.md v2). When such an asynchronous in-place loop's l
 pointer tiles `X_ptr + rows[:, None] * stride + cols[None, :]` (rows / cols `origin + arange`, unit column stride,
 moved per iteration by a constant number of columns or a constant times `stride` rows) and the kernel has a
 TensorDescType argument `X_tma` whose box is the ring's (codegen/tma.py wgmma_ring_boxes: [8, BLOCK_K] for A,
-[BLOCK_K, 64] for B), the kernel promises that descriptor describes the same matrix (address, row pitch, and the
+or [2, 1, 8, BLOCK_K] over A viewed as [M / 64, 8, 8, K] (two row groups a box), [BLOCK_K, 64] for B), the
+kernel promises that descriptor describes the same matrix (address, row pitch, and the
 bounds the load's mask tests, which TMA's zero fill then replaces), and the ring is filled by TMA instead:
 
   %ring = mt.alloc_ring {stages = S, tma_barriers}                    one mbarrier per slot (codegen)
@@ -660,7 +661,7 @@ def _tma_source(func: Operation, body: _Body, load: Operation, operand: int, num
 
     t: TensorType = load.result.type  # type: ignore[assignment]
     try:
-        box = wgmma_ring_boxes(operand, tuple(t.shape), num_warps, t.scalar.bytes)[0][1]  # type: ignore[arg-type]
+        wgmma_ring_boxes(operand, tuple(t.shape), num_warps, t.scalar.bytes)  # type: ignore[arg-type]
     except ValueError:
         return None
     ptr = _through_converts(load.operands[0])
@@ -673,7 +674,14 @@ def _tma_source(func: Operation, body: _Body, load: Operation, operand: int, num
         return None
     base, (row0, row_stride), col0 = terms
     desc = _descriptor_argument(func, base)
-    if desc is None or desc.type.element != t.scalar or tuple(desc.type.block_shape) != tuple(box):  # type: ignore
+    if desc is None or desc.type.element != t.scalar:  # type: ignore[union-attr]
+        return None
+    try:  # the descriptor's rank picks the boxes (rank 4: A's row groups in pairs, codegen/tma.py)
+        box = wgmma_ring_boxes(operand, tuple(t.shape), num_warps, t.scalar.bytes,  # type: ignore[arg-type]
+                               rank=len(desc.type.block_shape))[0][1]  # type: ignore[union-attr]
+    except ValueError:
+        return None
+    if tuple(desc.type.block_shape) != tuple(box):  # type: ignore[union-attr]
         return None
     steps = _steps(inc, row_stride)
     if steps is None:

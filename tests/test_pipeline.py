@@ -487,6 +487,35 @@ def test_tma_ring_boxes_lay_out_the_wgmma_operand(operand: int, shape: tuple[int
     assert len(boxes) == (shape[0] // 8 * shape[1] // 64 if operand == 0 else shape[1] // 64)
 
 
+@pytest.mark.parametrize("shape", [(128, 64), (256, 64), (128, 128)])
+def test_paired_a_boxes_land_where_the_rank2_boxes_do(shape: tuple[int, int]) -> None:
+    """wgmma_ring_boxes(0, ..., rank=4) on 8 warps: each (2, 1, 8, 64) box over A viewed as [M / 64, 8, 8, K]
+    (rows row + 64 i + g) lands every element where wgmma reads it (the swizzle row is the flattened box row
+    8 i + g, whose row % 8 is g), the slot is covered once, with half the boxes of rank 2."""
+    from minitriton.codegen.tma import wgmma_ring_boxes
+    from minitriton.codegen.wgmma import operand_offset
+
+    want = operand_offset(0, shape, 128, 8)
+    seen = set()
+    boxes = wgmma_ring_boxes(0, shape, 8, rank=4)
+    for (row0, col0), box, dst in boxes:
+        assert box == (2, 1, 8, 64) and dst % 1024 == 0
+        for i in range(2):
+            for g in range(8):
+                r = 8 * i + g  # the box row, flattened
+                for c in range(64):
+                    chunk, byte = divmod(2 * c, 16)
+                    landed = dst + 128 * r + 16 * (chunk ^ (r % 8)) + byte
+                    assert landed == want(row0 + 64 * i + g, col0 + c), (row0 + 64 * i + g, col0 + c)
+                    seen.add(landed)
+    assert seen == set(range(0, 2 * shape[0] * shape[1], 2))
+    assert 2 * len(boxes) == len(wgmma_ring_boxes(0, shape, 8))
+    with pytest.raises(ValueError, match="rank-4"):
+        wgmma_ring_boxes(0, (128, 64), 4, rank=4)  # one warpgroup: its row groups are in order, nothing pairs
+    with pytest.raises(ValueError, match="rank-4"):
+        wgmma_ring_boxes(1, (64, 256), 8, rank=4)
+
+
 def test_tma_ring_boxes_reject_what_tma_cannot_fill() -> None:
     from minitriton.codegen.tma import wgmma_ring_boxes
 
@@ -546,15 +575,17 @@ TMA_ARGS = ("a_tma", "b_tma")
 
 
 def make_tma_ring(block: tuple[int, int, int], warps: int, stages: int, group_m: int = 0,
-                  a_box: tuple[int, int] | None = None, passes: list[str] | None = None) -> Module:
+                  a_box: tuple[int, ...] | None = None, passes: list[str] | None = None,
+                  paired_a: bool = False) -> Module:
     """matmul_tma_ring_kernel specialized like make_tiled (or, with group_m, like make_config for 8192^3), with
-    descriptors in the ring's boxes ([8, BLOCK_K] for A unless `a_box`, [BLOCK_K, 64] for B)."""
+    descriptors in the ring's boxes ([8, BLOCK_K] for A unless `a_box`, or [2, 1, 8, BLOCK_K] with paired_a;
+    [BLOCK_K, 64] for B)."""
     from minitriton.runtime.tma import parse_descriptor_code
 
     bm, bn, bk = block
-    a_box = a_box or (8, bk)
+    a_box = a_box or ((2, 1, 8, bk) if paired_a else (8, bk))
     types: dict[str, Any] = {a: PointerType(bf16) if a.endswith("ptr") else i32 for a in MM}
-    types["a_tma"] = parse_descriptor_code(f"tensordesc<bf16[{a_box[0]},{a_box[1]}]>")
+    types["a_tma"] = parse_descriptor_code(f"tensordesc<bf16[{','.join(map(str, a_box))}]>")
     types["b_tma"] = parse_descriptor_code(f"tensordesc<bf16[{bk},64]>")
     divisible = PITCHES + (("M", "N", "K") if group_m else ())
     constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, **({"GROUP_M": group_m} if group_m else {})}
@@ -565,10 +596,10 @@ def make_tma_ring(block: tuple[int, int, int], warps: int, stages: int, group_m:
     return run_passes(module, passes or ["canonicalize"] + LOWERING)
 
 
-def tma_ring_args(g: torch.Generator, m: int, n: int, k: int, block_k: int) -> list[Any]:
+def tma_ring_args(g: torch.Generator, m: int, n: int, k: int, block_k: int, paired_a: bool = False) -> list[Any]:
     """matmul_args plus the two descriptors, over the same (unpadded) A and B views."""
     args = matmul_args(g, m, n, k)
-    return args + list(matmul.tma_ring_descriptors(args[0][:, :k], args[1][:, :n], block_k))
+    return args + list(matmul.tma_ring_descriptors(args[0][:, :k], args[1][:, :n], block_k, paired_a))
 
 
 @pytest.mark.parametrize("stages", [3, 4])
@@ -620,6 +651,30 @@ def test_simulated_tma_ring_matches_torch(block: tuple[int, int, int], warps: in
     ref = args[0][:, :k].double() @ args[1][:, :n].double()
     assert (got[2][:, :n].double() - ref).abs().max() <= 2e-2 * ref.abs().max()
     assert torch.isnan(got[2][:, n:]).all()
+
+
+@pytest.mark.parametrize("block,stages,shape", [
+    ((128, 128, 64), 3, (192, 140, 100)),  # M = 192: the second tile's lower row groups are past M (zero fill)
+    ((128, 256, 64), 4, (128, 270, 96)),
+])
+def test_simulated_tma_ring_with_paired_a_boxes(block: tuple[int, int, int], stages: int,
+                                                shape: tuple[int, int, int], gen: torch.Generator) -> None:
+    """A in rank-4 boxes of two row groups (tma_ring_descriptors(paired_a=True): 8 `cp.async.bulk.tensor.4d` a
+    stage for 128 rows instead of 16 of .2d) through the PTX simulator against float64 torch."""
+    m, n, k = shape
+    args = tma_ring_args(gen, m, n, k, block[2], paired_a=True)
+    assert args[-2].block_shape == (2, 1, 8, 64) and args[-2].shape == (m // 64, 8, 8, k)
+    ptx, name = ptx_of(make_tma_ring(block, 8, stages, paired_a=True))
+    fills = stages - 1 if stages < 4 else stages - 2  # prologue fills; the loop body issues one more
+    assert ptx.count("cp.async.bulk.tensor.4d") == (fills + 1) * block[0] // 16
+    assert ptx.count("cp.async.bulk.tensor.2d") == (fills + 1) * block[1] // 64  # B's boxes
+    got = clone_args(args)
+    run_ptx(ptx, name, (-(-m // block[0]), -(-n // block[1]), 1), got, 256)
+    ref = args[0][:, :k].double() @ args[1][:, :n].double()
+    assert (got[2][:, :n].double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+    assert torch.isnan(got[2][:, n:]).all()
+    with pytest.raises(ValueError, match="multiple of 64"):
+        matmul.tma_ring_descriptors(args[0][:100, :k], args[1][:, :n], 64, paired_a=True)
 
 
 def _without_waits(ptx: str) -> str:
@@ -696,8 +751,9 @@ def test_gemm_ab_lists_its_variants_and_formats_a_table(capsys: pytest.CaptureFi
     spec.loader.exec_module(gemm_ab)  # type: ignore[union-attr]
     assert gemm_ab.main(["--list"]) == 0
     listed = capsys.readouterr().out
-    assert all(f"{v}:" in listed for v in ("cp.async-ring", "tma-ring", "tma-unpipelined", "tma-ws"))
-    assert listed.count("128x256x64 w8 s4") == 3
+    assert all(f"{v}:" in listed for v in ("cp.async-ring", "tma-ring", "tma-unpipelined", "tma-ws",
+                                           "tma-ws-paired"))
+    assert listed.count("128x256x64 w8 s4") == 4
     table = gemm_ab.format_table([("4096^3", "torch", "cuBLAS", 200.0, 200.0, "ok"),
                                   ("4096^3", "tma-ring", "128x256x64 w8 s4", 210.0, 200.0, "rel err 3e-03"),
                                   ("4096^3", "tma-ring", "128x128x64 w8 s5", None, 200.0, "wrong: relative error")])

@@ -32,9 +32,9 @@ def gen() -> torch.Generator:
     return torch.Generator().manual_seed(20261130)
 
 
-def make_ws(block: tuple[int, int, int], warps: int, stages: int, group_m: int = 0) -> Module:
+def make_ws(block: tuple[int, int, int], warps: int, stages: int, group_m: int = 0, paired_a: bool = False) -> Module:
     """matmul_tma_ring_kernel through the pipeline pass, then warp-specialized."""
-    module = make_tma_ring(block, warps, stages, group_m=group_m)
+    module = make_tma_ring(block, warps, stages, group_m=group_m, paired_a=paired_a)
     module.functions[0].attrs["warp_specialize"] = True
     module = run_passes(module, ["warp-specialize"])
     verify(module)
@@ -133,15 +133,17 @@ def test_jit_compiles_the_specialized_kernel_for_its_block_size() -> None:
 
 
 @needs_ptxas
-@pytest.mark.parametrize("block,warps,stages", [
-    ((128, 256, 64), 8, 4), ((128, 256, 64), 8, 3), ((128, 128, 64), 8, 5), ((128, 128, 64), 8, 4),
-    ((256, 128, 64), 8, 3), ((64, 128, 64), 4, 3)])
-def test_specialized_configs_assemble(block: tuple[int, int, int], warps: int, stages: int) -> None:
+@pytest.mark.parametrize("block,warps,stages,paired_a", [
+    ((128, 256, 64), 8, 4, False), ((128, 256, 64), 8, 3, False), ((128, 128, 64), 8, 5, False),
+    ((128, 128, 64), 8, 4, False), ((256, 128, 64), 8, 3, False), ((64, 128, 64), 4, 3, False),
+    ((128, 256, 64), 8, 3, True), ((256, 128, 64), 8, 3, True)])
+def test_specialized_configs_assemble(block: tuple[int, int, int], warps: int, stages: int, paired_a: bool) -> None:
     """As the JIT specializes 8192^3: wgmma, TMA, mbarriers and setmaxnreg present, named consumer barriers, 0 spills,
     no C7508 (setmaxnreg ignored) / C7514 (wgmma serialized) warnings; ptxas reports the entry register count
-    (65536 / threads, rounded down to 8: 168 at 384 threads)."""
-    module = make_ws(block, warps, stages, group_m=8)
+    (65536 / threads, rounded down to 8: 168 at 384 threads). paired_a: A in rank-4 boxes (.4d copies)."""
+    module = make_ws(block, warps, stages, group_m=8, paired_a=paired_a)
     ptx = emit_ptx(module, module.functions[0].attrs["sym_name"])
+    assert ("cp.async.bulk.tensor.4d" in ptx) == paired_a
     threads = 32 * (warps + PRODUCER_WARPS)
     assert f".maxntid {threads}, 1, 1" in ptx and ".minnctapersm 1" in ptx
     assert ptx.count("setmaxnreg.dec.sync.aligned.u32 40;") == 1
@@ -175,6 +177,23 @@ def test_simulated_warp_specialized_matmul_matches_torch(block: tuple[int, int, 
     ptx, name = ptx_of(make_ws(block, warps, stages))
     got = clone_args(args)
     run_ws_ptx(ptx, name, (-(-m // block[0]), -(-n // block[1]), 1), got, 32 * warps, policy=policy)
+    ref = args[0][:, :k].double() @ args[1][:, :n].double()
+    assert (got[2][:, :n].double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+    assert torch.isnan(got[2][:, n:]).all()
+
+
+@pytest.mark.parametrize("block,shape", [((128, 256, 64), (192, 270, 200)), ((256, 128, 64), (256, 140, 200))])
+def test_simulated_warp_specialized_matmul_with_paired_a_boxes(block: tuple[int, int, int],
+                                                               shape: tuple[int, int, int],
+                                                               gen: torch.Generator) -> None:
+    """The producer issuing A in rank-4 boxes of two row groups (half the A boxes: 8 a stage at 128 rows, 16 at
+    256), against float64 torch on separate program counters."""
+    m, n, k = shape
+    args = tma_ring_args(gen, m, n, k, block[2], paired_a=True)
+    ptx, name = ptx_of(make_ws(block, 8, 3, paired_a=True))
+    assert "cp.async.bulk.tensor.4d" in ptx
+    got = clone_args(args)
+    run_ws_ptx(ptx, name, (-(-m // block[0]), -(-n // block[1]), 1), got, 256, policy="greedy")
     ref = args[0][:, :k].double() @ args[1][:, :n].double()
     assert (got[2][:, :n].double() - ref).abs().max() <= 2e-2 * ref.abs().max()
     assert torch.isnan(got[2][:, n:]).all()

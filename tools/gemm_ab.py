@@ -20,6 +20,8 @@ config and the best):
                   boxes, the num_warps consumer warps run the wgmmas (setmaxnreg 40 / 232, full + empty mbarriers
                   per slot, no block barrier in the loop; docs/kernels/gemm.md v3); num_warps + 4 warps per block.
                   Last: a protocol bug would hang rather than fail (measured 2026-11-29: 83.0% of cuBLAS).
+  tma-ws-paired   the same with A in rank-4 boxes of two permuted row groups each (tma_ring_descriptors paired_a:
+                  8 instead of 16 A boxes a stage at 128 rows); M a multiple of 64, else the rank-2 boxes
 
 Every result is checked against torch on the same inputs before it is timed (relative Frobenius error of the bf16
 output against the float64 product <= 1e-2); a failing or crashing config is reported, not timed. Times are
@@ -116,6 +118,23 @@ def _tma_ws_configs() -> dict[str, Launch]:
     return out
 
 
+def _tma_ws_paired_configs() -> dict[str, Launch]:
+    """The warp-specialized configs with 8 warps, A in rank-4 boxes of two row groups (matmul_tma_ws paired_a:
+    20 -> 12 TMA instructions a stage at 128 x 256, 34 -> 18 at 256 x 128)."""
+    import minitriton as mt
+    from minitriton.kernels.examples import matmul as mm
+
+    out: dict[str, Launch] = {}
+    tiles = [((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["GROUP_M"]), c.num_stages)
+             for c in mm.MATMUL_CONFIGS if c.kwargs["BLOCK_M"] >= 128] + WS_EXTRA_CONFIGS
+    for (bm, bn, bk, group), stages in tiles:
+        config = mt.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, num_warps=8,
+                           num_stages=stages)
+        out[f"{bm}x{bn}x{bk} w8 s{stages} G{group}"] = (
+            lambda a, b, config=config: mm.matmul_tma_ws(a, b, config, paired_a=True))
+    return out
+
+
 def _tma_unpipelined_configs() -> dict[str, Launch]:
     import torch
 
@@ -144,6 +163,8 @@ VARIANTS = [
             _tma_ring_configs),
     Variant("tma-ws", "matmul.py matmul_tma_ws: the TMA ring warp-specialized (producer warpgroup + consumers)",
             _tma_ws_configs),
+    Variant("tma-ws-paired", "matmul_tma_ws(paired_a=True): A in rank-4 boxes of two row groups (not yet timed)",
+            _tma_ws_paired_configs),
 ]
 
 

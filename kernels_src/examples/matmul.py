@@ -91,12 +91,21 @@ def matmul_tma_ring_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
 TMA_RING_B_COLUMNS = 64  # columns of a B box: one 128-byte column atom of the MN-major slot
 
 
-def tma_ring_descriptors(a: torch.Tensor, b: torch.Tensor, block_k: int) -> tuple[mt.TensorDescriptor,
-                                                                                 mt.TensorDescriptor]:
+def tma_ring_descriptors(a: torch.Tensor, b: torch.Tensor, block_k: int, paired_a: bool = False
+                         ) -> tuple[mt.TensorDescriptor, mt.TensorDescriptor]:
     """The descriptors matmul_tma_ring_kernel takes: A (M x K) in [8, BLOCK_K] boxes, B (K x N) in
-    [BLOCK_K, 64] boxes (tensor maps are cached per tensor and box by the runtime)."""
-    return (mt.TensorDescriptor.from_tensor(a, [8, block_k]),
-            mt.TensorDescriptor.from_tensor(b, [block_k, TMA_RING_B_COLUMNS]))
+    [BLOCK_K, 64] boxes (tensor maps are cached per tensor and box by the runtime). paired_a (M a multiple of 64):
+    A viewed as [M / 64, 8, 8, K] in [2, 1, 8, BLOCK_K] boxes instead, two of the permuted row groups per box
+    (codegen/tma.py wgmma_ring_boxes rank 4: half the TMA instructions for A)."""
+    b_desc = mt.TensorDescriptor.from_tensor(b, [block_k, TMA_RING_B_COLUMNS])
+    if not paired_a:
+        return mt.TensorDescriptor.from_tensor(a, [8, block_k]), b_desc
+    (m, k), pitch = a.shape, a.stride(0)
+    if m % 64:
+        raise ValueError(f"paired A boxes view A as [M / 64, 8, 8, K]: M must be a multiple of 64, got {m}")
+    view = mt.TensorDescriptor(a, (m // 64, 8, 8, k), (64 * pitch, 8 * pitch, pitch, a.stride(1)),
+                               (2, 1, 8, block_k))
+    return view, b_desc
 
 
 # The same kernel warp-specialized (passes/warp_specialize.py, docs/kernels/gemm.md v3): a producer warpgroup issues
@@ -106,22 +115,24 @@ def tma_ring_descriptors(a: torch.Tensor, b: torch.Tensor, block_k: int) -> tupl
 matmul_tma_ws_kernel = mt.kernel(warp_specialize=True)(matmul_tma_ring_kernel.fn)
 
 
-def matmul_tma_ws(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None) -> torch.Tensor:
+def matmul_tma_ws(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None,
+                  paired_a: bool = False) -> torch.Tensor:
     """matmul_tma_ring with the warp-specialized kernel (matmul_tma_ws_kernel)."""
-    return matmul_tma_ring(a, b, config, kernel=matmul_tma_ws_kernel)
+    return matmul_tma_ring(a, b, config, kernel=matmul_tma_ws_kernel, paired_a=paired_a)
 
 
 def matmul_tma_ring(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None,
-                    kernel: mt.Kernel | None = None) -> torch.Tensor:
+                    kernel: mt.Kernel | None = None, paired_a: bool = False) -> torch.Tensor:
     """a @ b (bf16, fp32 accumulation) with matmul_tma_ring_kernel (or `kernel`, the same function compiled with
     other options) at `config` (default the first of MATMUL_CONFIGS). a and b need unit inner strides and 16-byte
-    aligned rows (TMA)."""
+    aligned rows (TMA). paired_a: A in rank-4 boxes of two row groups where M is a multiple of 64
+    (`tma_ring_descriptors`; not yet timed on a GPU), else the [8, BLOCK_K] boxes."""
     M, N, K = problem_size(a, b)
     config = config or MATMUL_CONFIGS[0]
     meta = dict(config.kwargs)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     options = {k: v for k, v in (("num_warps", config.num_warps), ("num_stages", config.num_stages)) if v}
-    a_tma, b_tma = tma_ring_descriptors(a, b, meta["BLOCK_K"])
+    a_tma, b_tma = tma_ring_descriptors(a, b, meta["BLOCK_K"], paired_a and M % 64 == 0)
     (kernel or matmul_tma_ring_kernel)[_matmul_grid({"M": M, "N": N, **meta})](
         a, b, c, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         a_tma, b_tma, **meta, **options)
