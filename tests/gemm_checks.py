@@ -15,12 +15,13 @@ _GPU_CHECK = """
 import sys, torch
 from minitriton.kernels.examples import matmul
 wrapper, config = getattr(matmul, sys.argv[1]), matmul.MATMUL_CONFIGS[int(sys.argv[2])]
-for m, n, k in [(1000, 600, 520), (130, 264, 136), (64, 512, 1024), (256, 256, 64)]:
+options = {flag: True for flag in sys.argv[3:]}  # e.g. paired_a
+for m, n, k in [(1000, 600, 520), (130, 264, 136), (64, 512, 1024), (256, 256, 64), (192, 272, 200)]:
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
     ref = a.double() @ b.double()
-    c = wrapper(a, b, config)
+    c = wrapper(a, b, config, **options)
     torch.cuda.synchronize()
     rel = ((c.double() - ref).norm() / ref.norm()).item()
     assert rel <= 1e-2, f"{config} {m}x{n}x{k}: relative error {rel}"
@@ -28,10 +29,10 @@ print("ok")
 """
 
 
-def check_on_gpu(wrapper: str, config_index: int) -> None:
-    """matmul.<wrapper> at MATMUL_CONFIGS[config_index] on ragged and tiny shapes against torch (relative Frobenius
-    error <= 1e-2), in a fresh process."""
-    done = subprocess.run([sys.executable, "-c", _GPU_CHECK, wrapper, str(config_index)], capture_output=True,
+def check_on_gpu(wrapper: str, config_index: int, *flags: str) -> None:
+    """matmul.<wrapper> at MATMUL_CONFIGS[config_index] (keyword flags set True, e.g. "paired_a") on ragged and tiny
+    shapes against torch (relative Frobenius error <= 1e-2), in a fresh process."""
+    done = subprocess.run([sys.executable, "-c", _GPU_CHECK, wrapper, str(config_index), *flags], capture_output=True,
                           text=True, timeout=600, env={**os.environ, "MINITRITON_INTERPRET": "0"})
     assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
 

@@ -262,3 +262,12 @@ def test_gpu_warp_specialized_matmul_matches_torch(config_index: int) -> None:
     """matmul_tma_ws at each 128-row MATMUL_CONFIG on ragged and tiny shapes against torch (relative error <= 1e-2),
     each config in a process of its own (a fault or a hang loses the process's CUDA context)."""
     check_on_gpu("matmul_tma_ws", config_index)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the H200)")
+@pytest.mark.parametrize("config_index", [0, 1])
+def test_gpu_warp_specialized_matmul_with_paired_a_boxes(config_index: int) -> None:
+    """matmul_tma_ws(paired_a=True) at the 128x256 configs: the rank-4 A descriptor where M is a multiple of 64
+    (M = 64, 256, 192 of the checked shapes; the others keep the rank-2 boxes), against torch on the H200."""
+    check_on_gpu("matmul_tma_ws", config_index, "paired_a")
