@@ -11,8 +11,8 @@ thread), the op is free: the result is a list of the operand's register names (`
 tiling pass arranges this for splat, broadcast, expand_dims and trans. Otherwise the tile goes through shared
 memory (`exchange`): `bar.sync`, every owner stores its elements at their linear index, `bar.sync`, every thread
 loads the elements it needs, with vector accesses (up to 16 bytes) wherever a thread's registers hold consecutive,
-aligned linear indices (`vector_runs`). Tiles larger than the shared-memory budget go in several rounds, each handling one
-range of linear indices under per-register predicates.
+aligned linear indices (`vector_runs`). Tiles larger than the shared-memory budget go in several rounds, each
+handling one range of linear indices under per-register predicates.
 
 A 2-D convert_layout (the GEMM epilogue's accumulator -> store layout) takes a cheaper road when both layouts
 allow it (`swizzled_exchange`): rows of the tile go through shared memory row-major with 16-byte chunks XOR-
