@@ -99,7 +99,7 @@ def test_barrier_sites_tool_attributes_each_barrier_to_an_op() -> None:
     tool = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(tool)  # type: ignore[union-attr]
     counts = tool.barrier_sites(softmax.softmax_kernel, 0)
-    assert counts and all(loc.startswith("softmax.py:") for _, loc in counts)
-    assert any(op == "mt.reduce" for op, _ in counts)
+    assert counts and all(loc.startswith("softmax.py:") and loop == "-" for _, loc, loop in counts)
+    assert any(op == "mt.reduce" for op, _, _ in counts)
     ptx = softmax.softmax_kernel.specializations[0].compile(target="ptx").ptx
     assert sum(counts.values()) == ptx.count("bar.sync")

@@ -4,8 +4,8 @@ conversions, reductions and dots that go through shared memory. No GPU needed.
     python tools/barrier_sites.py kernels_src/kda_decode.py kda_decode_step_kernel [--spec -1]
 
 The kernel's AOT specialization number `--spec` (default the last) is compiled to PTX; every call of the codegen's
-barrier is attributed to the op being lowered. A barrier inside a loop runs once per iteration, so a count here is
-per occurrence in the code, not per execution.
+barrier is attributed to the op being lowered and to the innermost loop around it (its source line). A barrier
+inside a loop runs once per iteration, so a count here is per occurrence in the code, not per execution.
 """
 from __future__ import annotations
 
@@ -17,16 +17,28 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def barrier_sites(kernel, spec_index: int = -1) -> collections.Counter:
-    """Counter of (op name, file:line:col) -> barriers emitted while lowering that op."""
+def _short(loc: object) -> str:
+    return str(loc).rsplit("/", 1)[-1].rstrip('")') if loc else "?"
+
+
+def _innermost_loop(op) -> str:  # type: ignore[no-untyped-def]
+    """The source line of the innermost scf.for around `op` ("-" outside loops): barriers there run per iteration."""
+    parent = op.parent_op
+    while parent is not None and parent.name != "scf.for":
+        parent = parent.parent_op
+    return _short(parent.loc) if parent is not None else "-"
+
+
+def barrier_sites(kernel, spec_index: int = -1) -> collections.Counter:  # type: ignore[no-untyped-def]
+    """Counter of (op name, file:line:col, innermost loop's line) -> barriers emitted while lowering that op."""
     from minitriton.codegen import context
 
     counts: collections.Counter = collections.Counter()
     original = context.KernelContext.barrier
 
     def counting(self: context.KernelContext) -> None:
-        loc = str(self.op.loc).rsplit("/", 1)[-1].rstrip('")') if self.op is not None and self.op.loc else "?"
-        counts[(self.op.name if self.op is not None else "?", loc)] += 1
+        op = self.op
+        counts[(op.name, _short(op.loc), _innermost_loop(op)) if op is not None else ("?", "?", "-")] += 1
         original(self)
 
     context.KernelContext.barrier = counting  # type: ignore[method-assign]
@@ -50,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     if kernel is None or not getattr(kernel, "specializations", None):
         parser.error(f"{args.file} has no kernel {args.kernel!r} with AOT specializations")
     counts = barrier_sites(kernel, args.spec)
-    print(f"{sum(counts.values())} bar.sync in {args.kernel} (specialization {args.spec}):")
-    for (op, loc), n in counts.most_common():
-        print(f"{n:5d}  {op:24s} {loc}")
+    print(f"{sum(counts.values())} bar.sync in {args.kernel} (specialization {args.spec}); count, op, source, "
+          "innermost loop:")
+    for (op, loc, loop), n in counts.most_common():
+        print(f"{n:5d}  {op:24s} {loc:28s} {loop}")
     return 0
 
 
