@@ -48,6 +48,10 @@ class KernelContext:
         self._cache: dict[object, str] = {}
         self.op: Operation | None = None  # the op being lowered (for error messages)
         self.used: set[Value] = set()  # values some op reads (results nobody reads may skip work)
+        # The scratch bytes [start, end) an exchange (codegen/layout_moves.py) wrote before the latest barrier, and
+        # nobody else touched since: the next exchange may write elsewhere without a barrier of its own. None after
+        # any other barrier or a label (code reached from elsewhere).
+        self.exchange_region: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------------------------------ text
 
@@ -59,6 +63,7 @@ class KernelContext:
 
     def label(self, name: str) -> None:
         self.body.append(f"{name}:")
+        self.exchange_region = None
 
     def new_label(self, tag: str) -> str:
         self._labels += 1
@@ -71,6 +76,7 @@ class KernelContext:
             self.emit(f"bar.sync 1, {self.num_warps * WARP_SIZE};")
         else:
             self.emit("bar.sync 0;")
+        self.exchange_region = None
 
     def leader(self) -> str:
         """A predicate true on the one thread that issues a role's single-thread work (TMA, expect_tx): thread 0,

@@ -103,3 +103,28 @@ def test_barrier_sites_tool_attributes_each_barrier_to_an_op() -> None:
     assert any(op == "mt.reduce" for op, _, _ in counts)
     ptx = softmax.softmax_kernel.specializations[0].compile(target="ptx").ptx
     assert sum(counts.values()) == ptx.count("bar.sync")
+
+
+def test_back_to_back_exchanges_skip_their_leading_barrier() -> None:
+    """codegen/layout_moves.py `_exchange_base`: a conversion right after another (no other shared-memory user, no
+    label between) writes the other scratch region and needs only its middle bar.sync. The KDA decode step's
+    replay loop converts three per-token vectors (the conv output and two state column tiles): 1 + 3 = 4 barriers
+    a token instead of 6 (the PTX simulator's race check, in tests/test_kda_decode.py, replays it against the
+    interpreter)."""
+    import collections
+    import importlib.util
+    from pathlib import Path
+
+    from minitriton.kernels import kda_decode
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "barrier_sites.py"
+    spec = importlib.util.spec_from_file_location("barrier_sites", path)
+    tool = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(tool)  # type: ignore[union-attr]
+    per_loop: collections.Counter = collections.Counter()
+    for (_, _, loop), n in tool.barrier_sites(kda_decode.kda_decode_step_kernel).items():
+        per_loop[loop] += n
+    lines = Path(kda_decode.__file__).read_text().splitlines()
+    replay_loop, = (loop for loop in per_loop if loop != "-"
+                    and lines[int(loop.split(":")[1]) - 1].strip().startswith("for j in range(j0"))
+    assert per_loop[replay_loop] == 4, per_loop
