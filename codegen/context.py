@@ -48,9 +48,10 @@ class KernelContext:
         self._cache: dict[object, str] = {}
         self.op: Operation | None = None  # the op being lowered (for error messages)
         self.used: set[Value] = set()  # values some op reads (results nobody reads may skip work)
-        # The scratch bytes [start, end) an exchange (codegen/layout_moves.py) wrote before the latest barrier, and
-        # nobody else touched since: the next exchange may write elsewhere without a barrier of its own. None after
-        # any other barrier or a label (code reached from elsewhere).
+        # The scratch bytes [start, end) an exchange (layout conversions, cross-warp reductions and scans) wrote
+        # before the latest barrier, and nobody else touched since: the next exchange may write elsewhere without a
+        # barrier of its own (scratch_for_exchange). None after any other barrier or a label (code reached from
+        # elsewhere).
         self.exchange_region: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------------------------------ text
@@ -250,6 +251,32 @@ class KernelContext:
         return self._pro(("smem_addr", lin, elem_bytes, offset), "b32",
                          f"mad.lo.u32 {{d}}, {lin}, {elem_bytes}, {self.smem};" if offset == 0 else
                          f"mad.lo.u32 {{d}}, {lin}, {elem_bytes}, {self._smem_plus(offset)};")
+
+    def scratch_for_exchange(self, nbytes: int) -> int:
+        """The byte offset in the scratch buffer where a write / bar.sync / read exchange of nbytes writes, after the
+        leading barrier its writes need, if any. Back-to-back exchanges alternate between two regions: the
+        previous one's middle barrier ordered everything before it, and after it threads read only its region, so
+        writing elsewhere needs no barrier (one bar.sync of two saved). After any other barrier or a label: offset
+        0 behind a barrier. `exchange_published` ends the write half."""
+        previous = self.exchange_region
+        if previous is not None:
+            base = 0 if nbytes <= previous[0] else -(-previous[1] // 16) * 16
+            if base + nbytes <= self.smem_limit:
+                self.need_smem(base + nbytes)
+                return base
+        self.need_smem(nbytes)
+        self.barrier()
+        return 0
+
+    def exchange_published(self, base: int, nbytes: int) -> None:
+        """The middle barrier of an exchange that wrote [base, base + nbytes) (scratch_for_exchange): its reads
+        follow, and the next exchange may write the other region without a barrier."""
+        self.barrier()
+        self.exchange_region = (base, base + nbytes)
+
+    def smem_at(self, offset: int) -> str:
+        """A register holding the scratch buffer's address plus offset."""
+        return self.smem if offset == 0 else self._smem_plus(offset)
 
     def _smem_plus(self, offset: int) -> str:
         return self._pro(("smem_plus", offset), "b32", f"add.u32 {{d}}, {self.smem}, {offset};")

@@ -12,8 +12,8 @@ tiling pass arranges this for splat, broadcast, expand_dims and trans. Otherwise
 memory (`exchange`): `bar.sync`, every owner stores its elements at their linear index, `bar.sync`, every thread
 loads the elements it needs, with vector accesses (up to 16 bytes) wherever a thread's registers hold consecutive,
 aligned linear indices (`vector_runs`). Back-to-back exchanges alternate between two scratch regions and skip the
-leading `bar.sync` (`_exchange_base`). Tiles larger than the shared-memory budget go in several rounds, each
-handling one range of linear indices under per-register predicates.
+leading `bar.sync` (codegen/context.py `scratch_for_exchange`). Tiles larger than the shared-memory budget go in
+several rounds, each handling one range of linear indices under per-register predicates.
 
 A 2-D convert_layout (the GEMM epilogue's accumulator -> store layout) takes a cheaper road when both layouts
 allow it (`swizzled_exchange`): rows of the tile go through shared memory row-major with 16-byte chunks XOR-
@@ -81,13 +81,12 @@ def exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: S
     if writer is not None:
         pred = _and(ctx, pred, writer)
     if numel * size <= ctx.smem_limit:
-        base = _exchange_base(ctx, numel * size)
+        base = ctx.scratch_for_exchange(numel * size)
         waddr = ctx.smem_addr(src, src_strides, size, base)
         for run in vector_runs(src, tuple(src_strides), size if cls != "pred" else 0):
             offset = _const_index(src.reg_offsets[run[0]], src_strides) * size
             _st_vector(ctx, cls, f"{waddr}+{offset}", [regs[r] for r in run], pred)
-        ctx.barrier()
-        ctx.exchange_region = (base, base + numel * size)
+        ctx.exchange_published(base, numel * size)
         raddr = ctx.smem_addr(dst, dst_strides, size, base)
         out = [""] * dst.num_regs
         for run in vector_runs(dst, tuple(dst_strides), size if cls != "pred" else 0, read_offset):
@@ -96,23 +95,6 @@ def exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: S
                 out[r] = d
         return out
     return _exchange_in_rounds(ctx, regs, src, src_strides, dst, dst_strides, cls, numel, pred, read_offset)
-
-
-def _exchange_base(ctx: KernelContext, nbytes: int) -> int:
-    """Where an exchange of nbytes writes in the scratch buffer, after the barrier its writes need, if any. Back to
-    back exchanges alternate between two regions: the previous one's barrier already ordered everything before it,
-    and its own reads (after that barrier) touch only its region, so writing the other region needs no barrier
-    (the leading `bar.sync` of a conversion is saved, one of its two). Otherwise (after any other shared-memory
-    user's barrier, or a label) region 0 behind a barrier, as before."""
-    previous = ctx.exchange_region
-    if previous is not None:
-        base = 0 if nbytes <= previous[0] else -(-previous[1] // VECTOR_BYTES) * VECTOR_BYTES
-        if base + nbytes <= ctx.smem_limit:
-            ctx.need_smem(base + nbytes)
-            return base
-    ctx.need_smem(nbytes)
-    ctx.barrier()
-    return 0
 
 
 VECTOR_BYTES = 16  # the widest shared-memory access (ld / st.shared.v4.b32)

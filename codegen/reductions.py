@@ -152,19 +152,19 @@ def lower_reduce(ctx: KernelContext, op: Operation) -> None:
         numel = 1
         for extent in res_map.shape if res_map is not None else ():
             numel *= extent
-        ctx.need_smem(numel * nw * size)
+        nbytes = numel * nw * size
+        at = ctx.scratch_for_exchange(nbytes)  # (its leading barrier, if one is needed, comes first)
         base = ctx.linear_base(res_map, strides) if res_map is not None else ctx.const("0", "b32")
         slot, wslot, waddr, raddr, writer = (ctx.new("b32"), ctx.new("b32"), ctx.new("b32"), ctx.new("b32"),
                                              ctx.new("pred"))
         ctx.emit(f"and.b32 {slot}, {ctx.warp_coord(dm)}, {nw - 1};")
         ctx.emit(f"mad.lo.u32 {wslot}, {base}, {nw}, {slot};")
-        ctx.emit(f"mad.lo.u32 {waddr}, {wslot}, {size}, {ctx.smem};")
-        ctx.emit(f"mad.lo.u32 {raddr}, {base}, {nw * size}, {ctx.smem};")
+        ctx.emit(f"mad.lo.u32 {waddr}, {wslot}, {size}, {ctx.smem_at(at)};")
+        ctx.emit(f"mad.lo.u32 {raddr}, {base}, {nw * size}, {ctx.smem_at(at)};")
         ctx.emit(f"setp.eq.u32 {writer}, {ctx.lane_coord(dm)}, 0;")
-        ctx.barrier()
         for k, p in partial.items():
             ctx.emit(f"@{writer} st.shared.b{8 * size} [{waddr}+{_lin(k, strides) * nw * size}], {p};")
-        ctx.barrier()
+        ctx.exchange_published(at, nbytes)
         for k in keys:
             parts = []
             for w in range(nw):
@@ -260,22 +260,22 @@ def _scan_warps(ctx: KernelContext, comb: Combiner, tmap, axis: int, wtotal: dic
     for s in other_shape:
         numel *= s
     reps = dm.reps
-    ctx.need_smem(numel * reps * nw * size)
+    nbytes = numel * reps * nw * size
+    at = ctx.scratch_for_exchange(nbytes)  # (its leading barrier, if one is needed, comes first)
     base = ctx.linear_base(tmap, strides)
     wc, wslot, waddr, raddr, writer = ctx.new("b32"), ctx.new("b32"), ctx.new("b32"), ctx.new("b32"), ctx.new("pred")
     ctx.emit(f"and.b32 {wc}, {ctx.warp_coord(dm)}, {nw - 1};")
     ctx.emit(f"mad.lo.u32 {wslot}, {base}, {reps * nw}, {wc};")
-    ctx.emit(f"mad.lo.u32 {waddr}, {wslot}, {size}, {ctx.smem};")
-    ctx.emit(f"mad.lo.u32 {raddr}, {base}, {reps * nw * size}, {ctx.smem};")
+    ctx.emit(f"mad.lo.u32 {waddr}, {wslot}, {size}, {ctx.smem_at(at)};")
+    ctx.emit(f"mad.lo.u32 {raddr}, {base}, {reps * nw * size}, {ctx.smem_at(at)};")
     ctx.emit(f"setp.eq.u32 {writer}, {ctx.lane_coord(dm)}, 0;")
 
     def offset(key: Key, rep: int, w: int) -> int:
         return ((_lin(key, other_strides) * reps + rep) * nw + w) * size
 
-    ctx.barrier()
     for key, rep in slots:
         ctx.emit(f"@{writer} st.shared.b{8 * size} [{waddr}+{offset(key, rep, 0)}], {wtotal[(key, rep)]};")
-    ctx.barrier()
+    ctx.exchange_published(at, nbytes)
     excl, block = {}, {}
     for key, rep in slots:
         parts = []

@@ -106,7 +106,7 @@ def test_barrier_sites_tool_attributes_each_barrier_to_an_op() -> None:
 
 
 def test_back_to_back_exchanges_skip_their_leading_barrier() -> None:
-    """codegen/layout_moves.py `_exchange_base`: a conversion right after another (no other shared-memory user, no
+    """codegen/context.py `scratch_for_exchange`: a conversion right after another (no other shared-memory user, no
     label between) writes the other scratch region and needs only its middle bar.sync. The KDA decode step's
     replay loop converts three per-token vectors (the conv output and two state column tiles): 1 + 3 = 4 barriers
     a token instead of 6 (the PTX simulator's race check, in tests/test_kda_decode.py, replays it against the
