@@ -148,10 +148,10 @@ def lower_to_dot_operand(ctx: KernelContext, op: Operation) -> None:
     contiguous = staging_dim(src, k_dim, t.bytes) if k_width == 2 else k_dim
     if k_width == 1:  # round each element to tf32 once, as its owner stages it, not in every warp that loads it
         regs = [_round_tf32(ctx, r) for r in regs]
-    pitch = stage_padded(ctx, regs, src, contiguous, t.bytes)
+    pitch, base = stage_padded(ctx, regs, src, contiguous, t.bytes)
     trans = contiguous != k_dim
     load = _ldmatrix_a if op_idx == 0 else _ldmatrix_b
-    ctx.bind(dst_v, load(ctx, dst, enc, pitch, trans, k_width))
+    ctx.bind(dst_v, load(ctx, dst, enc, pitch, trans, k_width, base))
 
 
 def store_width(tmap: ThreadMap, dim: int, elem_bytes: int = 2) -> int:
@@ -177,26 +177,29 @@ def staging_dim(tmap: ThreadMap, k_dim: int, elem_bytes: int = 2) -> int:
     return other if store_width(tmap, other, elem_bytes) > store_width(tmap, k_dim, elem_bytes) else k_dim
 
 
-def stage_padded(ctx: KernelContext, regs: list[str], tmap: ThreadMap, contiguous: int, elem_bytes: int = 2) -> int:
+def stage_padded(ctx: KernelContext, regs: list[str], tmap: ThreadMap, contiguous: int, elem_bytes: int = 2
+                 ) -> tuple[int, int]:
     """Write a 2-D tile of 16- or 32-bit elements to shared memory with dim `contiguous` contiguous and rows padded
-    by 16 bytes; returns the row pitch in elements. Ends with the barrier that makes it readable."""
+    by 16 bytes; returns (the row pitch in elements, the byte offset of the tile in the scratch buffer). Ends with
+    the barrier that makes it readable; a staging right after another exchange writes the other scratch region and
+    needs no barrier before its writes (KernelContext.scratch_for_exchange)."""
     rows, cols = tmap.shape[1 - contiguous], tmap.shape[contiguous]
     pitch = cols + PAD_BYTES // elem_bytes
     strides = [0, 0]
     strides[1 - contiguous], strides[contiguous] = pitch, 1
-    ctx.need_smem(rows * pitch * elem_bytes)
+    nbytes = rows * pitch * elem_bytes
     width = store_width(tmap, contiguous, elem_bytes)
     groups = vector_groups(tmap, contiguous, width) if width > 1 else [[r] for r in range(tmap.num_regs)]
     owner = ctx.owner_pred(tmap)
-    ctx.barrier()
-    addr = ctx.smem_addr(tmap, strides, elem_bytes)
+    base = ctx.scratch_for_exchange(nbytes)
+    addr = ctx.smem_addr(tmap, strides, elem_bytes, base)
     store = store_shared_b16 if elem_bytes == 2 else store_shared_b32
     for group in groups:
         off = tmap.reg_offsets[group[0]]
         store(ctx, f"{addr}+{elem_bytes * (off[0] * strides[0] + off[1] * strides[1])}", [regs[r] for r in group],
               owner)
-    ctx.barrier()
-    return pitch
+    ctx.exchange_published(base, nbytes)
+    return pitch, base
 
 
 def store_shared_b16(ctx: KernelContext, addr: str, vals: list[str], pred: str | None) -> None:
@@ -282,7 +285,7 @@ def _ldmatrix(ctx: KernelContext, count: int, trans: bool, addr: str) -> list[st
 
 
 def _ldmatrix_a(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: bool,  # type: ignore[no-untyped-def]
-                k_width: int) -> list[str]:
+                k_width: int, base: int = 0) -> list[str]:
     """A fragments: matrix q of (m-block, K step) covers fragment rows 8 * (q & 1) .. + 7 and K columns
     kb * (q >> 1) .. + kb - 1, kb = 4 * kWidth (16 bytes): registers a0a1, a2a3, a4a5, a6a7 (tf32: a0 .. a3)."""
     wm, wn = warps_of(enc)
@@ -299,7 +302,7 @@ def _ldmatrix_a(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: boo
     for rep_m in range(m // (16 * wm)):
         for kk in range(k // step):
             const = (step * kk * pitch + 16 * wm * rep_m) if trans else (16 * wm * rep_m * pitch + step * kk)
-            words = _ldmatrix(ctx, 4, trans, f"{addr}+{eb * const}")
+            words = _ldmatrix(ctx, 4, trans, f"{addr}+{base + eb * const}")
             targets = a_registers(tmap, wm, rep_m, kk, k_width)
             for q, w in enumerate(words):
                 for e, reg in enumerate(_unpack(ctx, w, k_width)):
@@ -308,7 +311,7 @@ def _ldmatrix_a(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: boo
 
 
 def _ldmatrix_b(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: bool,  # type: ignore[no-untyped-def]
-                k_width: int) -> list[str]:
+                k_width: int, base: int = 0) -> list[str]:
     """B fragments: per K step, x4 covers two n-blocks (matrix q: n-block 2p + (q >> 1), K columns
     kb * (q & 1) ..), x2 one n-block (matrices q = 0, 1); registers b0b1, b2b3 of each n-block (tf32: b0, b1)."""
     wm, wn = warps_of(enc)
@@ -327,7 +330,7 @@ def _ldmatrix_b(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: boo
         for kk in range(k // step):
             n0 = 8 * wn * first
             const = (step * kk * pitch + n0) if trans else (n0 * pitch + step * kk)
-            words = _ldmatrix(ctx, 2 * pair, trans, f"{addr}+{eb * const}")
+            words = _ldmatrix(ctx, 2 * pair, trans, f"{addr}+{base + eb * const}")
             for q, w in enumerate(words):
                 targets = b_registers(tmap, wn, first + (q >> 1), kk, k_width)
                 for e, reg in enumerate(_unpack(ctx, w, k_width)):

@@ -564,16 +564,23 @@ def test_the_simulator_catches_broken_wgmma_code(edit: Callable[[str], str], mes
 
 
 def test_the_simulator_catches_a_wrong_ldmatrix_address() -> None:
-    """Point every A ldmatrix one row down: the results must change (the simulator reads real addresses)."""
+    """Point every A ldmatrix one row down: the simulator reads real addresses, so the results change, or (the B
+    operand is staged right after A, in the other scratch region, with no barrier between) the shifted read lands
+    in bytes B's staging then overwrites, which the race checker flags."""
     make = dot_maker(32, 32, 32)
     ptx, name, _ = lower(make)
     pitch = 2 * (32 + 8)
     broken = re.sub(r"(ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16 \{[^}]*\}, \[%r\d+)\+(\d+)\]",
                     lambda mt_: f"{mt_.group(1)}+{int(mt_.group(2)) + pitch}]", ptx, count=2)
+    assert broken != ptx
     args = dot_args(torch.Generator().manual_seed(2), 32, 32, 32, torch.bfloat16, False, False)
     want = run_interpreted(make, (1,), args)
     got = clone_args(args)
-    run_ptx(broken, name, (1,), got, 128)
+    try:
+        run_ptx(broken, name, (1,), got, 128)
+    except SimError as e:
+        assert "race" in str(e)
+        return
     assert rel_err(got[2], want[2]) > 0.1
 
 

@@ -1,0 +1,104 @@
+"""ptxas report and bar.sync count of every FlashKDA kernel as a call at the given shape launches it, without a GPU.
+
+    python tools/flash_kda_ptx.py [--T 8192 --H 12 --K 128 --V 128] [--context-parallel]
+
+chunk_kda runs on CPU tensors with its launches recorded instead of run (kernels_src/flash_kda.py `_launch` is the
+one seam); each recorded kernel is compiled with the argument types and constexprs of its launch, 16-byte aligned
+pointers as the runtime specializes them, and reported: registers, spills, shared memory (ptxas, when on PATH) and
+the bar.sync in its PTX, per innermost loop (tools/barrier_sites.py).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+from barrier_sites import _innermost_loop, _short  # noqa: E402
+
+DTYPES = {torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32", torch.int64: "i64"}
+
+
+def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | None) -> list:
+    """(kernel, args, constexprs) of every launch chunk_kda makes at B = 1 (nothing runs)."""
+    from minitriton.kernels import flash_kda
+
+    import os
+
+    os.environ["MINITRITON_INTERPRET"] = "1"  # CPU tensors are accepted then; nothing is launched here anyway
+    launches = []
+    original = flash_kda._launch
+    flash_kda._launch = lambda kernel, grid, args, **constexprs: launches.append((kernel, grid, args, constexprs))
+    try:
+        gen = torch.Generator().manual_seed(0)
+        q, k = (torch.randn(1, T, H, K, generator=gen).bfloat16() for _ in range(2))
+        flash_kda.chunk_kda(q=q, k=k, v=torch.randn(1, T, H, V, generator=gen).bfloat16(),
+                            g=torch.randn(1, T, H, K, generator=gen).bfloat16(),
+                            beta=torch.randn(1, T, H, generator=gen).bfloat16(), A_log=torch.zeros(H),
+                            dt_bias=torch.zeros(H * K), initial_state=torch.zeros(1, H, K, V),
+                            output_final_state=True, context_parallel=context_parallel)
+    finally:
+        flash_kda._launch = original
+    return launches
+
+
+def compile_launch(kernel, args, constexprs) -> tuple:  # type: ignore[no-untyped-def]
+    """(CompiledKernel, Counter of (innermost loop) -> bar.sync) for one recorded launch."""
+    from minitriton.codegen import context
+    from minitriton.compiler import compile_kernel
+    from minitriton.ir.types import PointerType, ScalarType
+
+    types, divisible = {}, {}
+    for name, a in zip(kernel.runtime_params, args):
+        if isinstance(a, torch.Tensor):
+            types[name] = PointerType(ScalarType(DTYPES[a.dtype]))
+            divisible[name] = 16
+        else:
+            types[name] = ScalarType("f32" if isinstance(a, float) else "i32")
+    options = dict(constexprs)
+    warps = options.pop("num_warps", 4)
+    loops: collections.Counter = collections.Counter()
+    original = context.KernelContext.barrier
+
+    def counting(self: context.KernelContext) -> None:
+        loops[_innermost_loop(self.op) if self.op is not None else "-"] += 1
+        original(self)
+
+    context.KernelContext.barrier = counting  # type: ignore[method-assign]
+    try:
+        compiled = compile_kernel(kernel.fn, types, options, divisibility=divisible, num_warps=warps,
+                                  min_blocks_per_sm=kernel.min_blocks_per_sm)
+    finally:
+        context.KernelContext.barrier = original  # type: ignore[method-assign]
+    return compiled, loops
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for dim, default in (("T", 8192), ("H", 12), ("K", 128), ("V", 128)):
+        parser.add_argument(f"--{dim}", type=int, default=default)
+    parser.add_argument("--context-parallel", action="store_true", default=None)
+    args = parser.parse_args(argv)
+    seen = set()
+    for kernel, grid, launch_args, constexprs in recorded_launches(args.T, args.H, args.K, args.V,
+                                                                    args.context_parallel):
+        key = (kernel.__name__, tuple(sorted(constexprs.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        compiled, loops = compile_launch(kernel, launch_args, constexprs)
+        report = compiled.report() if compiled.metadata.get("registers") is not None else "(ptxas not on PATH)"
+        print(f"{kernel.__name__} grid {grid} {constexprs}")
+        print(f"    {report}")
+        print(f"    bar.sync in the PTX: {sum(loops.values())}; per innermost loop: "
+              + ", ".join(f"{loop} {n}" for loop, n in loops.most_common()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
