@@ -402,3 +402,22 @@ def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPa
     run_ptx(compiled.ptx, compiled.metadata["name"], (programs,), got, 32 * warps)
     for i in (6, 8):  # o, final state
         assert ((got[i].float() - want[i].float()).abs().max() / want[i].float().abs().max()).item() <= 1e-6
+
+
+def test_flash_kda_ptx_tool_compiles_every_launched_kernel() -> None:
+    """tools/flash_kda_ptx.py (no GPU): chunk_kda's launches are recorded, not run, and each kernel compiles with its
+    launch's types and constexprs; the bar.sync count per loop is attributed (phase 1, the recurrence's chunk
+    loop). Small heads keep it fast."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "flash_kda_ptx.py"
+    spec = importlib.util.spec_from_file_location("flash_kda_ptx", path)
+    tool = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(tool)  # type: ignore[union-attr]
+    launches = tool.recorded_launches(128, 1, 16, 16, None)
+    names = [kernel.__name__ for kernel, *_ in launches]
+    assert names[0].startswith("kda_intra_chunk") and "kda_recurrence_kernel" in names
+    for kernel, _, args, constexprs in launches[:2]:
+        compiled, loops = tool.compile_launch(kernel, args, constexprs)
+        assert compiled.ptx and sum(loops.values()) == compiled.ptx.count("bar.sync")

@@ -30,10 +30,10 @@ def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | N
 
     import os
 
-    os.environ["MINITRITON_INTERPRET"] = "1"  # CPU tensors are accepted then; nothing is launched here anyway
     launches = []
-    original = flash_kda._launch
+    original, interpret = flash_kda._launch, os.environ.get("MINITRITON_INTERPRET")
     flash_kda._launch = lambda kernel, grid, args, **constexprs: launches.append((kernel, grid, args, constexprs))
+    os.environ["MINITRITON_INTERPRET"] = "1"  # CPU tensors are accepted then; nothing is launched here anyway
     try:
         gen = torch.Generator().manual_seed(0)
         q, k = (torch.randn(1, T, H, K, generator=gen).bfloat16() for _ in range(2))
@@ -44,6 +44,10 @@ def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | N
                             output_final_state=True, context_parallel=context_parallel)
     finally:
         flash_kda._launch = original
+        if interpret is None:
+            del os.environ["MINITRITON_INTERPRET"]
+        else:
+            os.environ["MINITRITON_INTERPRET"] = interpret
     return launches
 
 
