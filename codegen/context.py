@@ -22,6 +22,7 @@ from minitriton.ir.types import TensorType
 from .registers import RegisterFile, mov_type
 
 SMEM_LIMIT = 48 * 1024  # static shared memory a kernel may declare
+SCRATCH_ALIGN = 16  # exchange regions start 16-byte aligned (the widest vector access)
 
 
 class KernelContext:
@@ -249,8 +250,7 @@ class KernelContext:
         """smem + offset + elem_bytes * linear_base(tmap, strides): add register offsets as immediates."""
         lin = self.linear_base(tmap, strides)
         return self._pro(("smem_addr", lin, elem_bytes, offset), "b32",
-                         f"mad.lo.u32 {{d}}, {lin}, {elem_bytes}, {self.smem};" if offset == 0 else
-                         f"mad.lo.u32 {{d}}, {lin}, {elem_bytes}, {self._smem_plus(offset)};")
+                         f"mad.lo.u32 {{d}}, {lin}, {elem_bytes}, {self.smem_at(offset)};")
 
     def scratch_for_exchange(self, nbytes: int) -> int:
         """The byte offset in the scratch buffer where a write / bar.sync / read exchange of nbytes writes, after the
@@ -260,7 +260,7 @@ class KernelContext:
         0 behind a barrier. `exchange_published` ends the write half."""
         previous = self.exchange_region
         if previous is not None:
-            base = 0 if nbytes <= previous[0] else -(-previous[1] // 16) * 16
+            base = 0 if nbytes <= previous[0] else -(-previous[1] // SCRATCH_ALIGN) * SCRATCH_ALIGN
             if base + nbytes <= self.smem_limit:
                 self.need_smem(base + nbytes)
                 return base

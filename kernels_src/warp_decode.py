@@ -1255,9 +1255,8 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup)
     if variant is not None and variant not in DOT_VARIANTS:
         raise ValueError(f"variant must be one of {sorted(DOT_VARIANTS)}, got {variant!r}")
-    if h_precision not in H_PRECISIONS:
-        raise ValueError(f"h_precision must be one of {H_PRECISIONS}, got {h_precision!r}")
-    variant = variant or default_variant(routing.batch, h_precision)
+    default = default_variant(routing.batch, h_precision)  # checks h_precision even when a variant is named
+    variant = variant or default
     c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
     c2 = pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
     h = gate_up(x, routing, w13, c13, parts=use_dot)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import sys
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -29,8 +31,9 @@ def _innermost_loop(op) -> str:  # type: ignore[no-untyped-def]
     return _short(parent.loc) if parent is not None else "-"
 
 
-def barrier_sites(kernel, spec_index: int = -1) -> collections.Counter:  # type: ignore[no-untyped-def]
-    """Counter of (op name, file:line:col, innermost loop's line) -> barriers emitted while lowering that op."""
+@contextlib.contextmanager
+def counted_barriers() -> Iterator[collections.Counter]:
+    """While active, every barrier the codegen emits is counted by (op name, file:line:col, innermost loop)."""
     from minitriton.codegen import context
 
     counts: collections.Counter = collections.Counter()
@@ -43,9 +46,15 @@ def barrier_sites(kernel, spec_index: int = -1) -> collections.Counter:  # type:
 
     context.KernelContext.barrier = counting  # type: ignore[method-assign]
     try:
-        kernel.specializations[spec_index].compile(target="ptx")
+        yield counts
     finally:
         context.KernelContext.barrier = original  # type: ignore[method-assign]
+
+
+def barrier_sites(kernel, spec_index: int = -1) -> collections.Counter:  # type: ignore[no-untyped-def]
+    """Counter of (op name, file:line:col, innermost loop's line) -> barriers emitted while lowering that op."""
+    with counted_barriers() as counts:
+        kernel.specializations[spec_index].compile(target="ptx")
     return counts
 
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from barrier_sites import _innermost_loop, _short  # noqa: E402
+from barrier_sites import counted_barriers  # noqa: E402
 
 DTYPES = {torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32", torch.int64: "i64"}
 
@@ -53,7 +53,6 @@ def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | N
 
 def compile_launch(kernel, args, constexprs) -> tuple:  # type: ignore[no-untyped-def]
     """(CompiledKernel, Counter of (innermost loop) -> bar.sync) for one recorded launch."""
-    from minitriton.codegen import context
     from minitriton.compiler import compile_kernel
     from minitriton.ir.types import PointerType, ScalarType
 
@@ -66,19 +65,12 @@ def compile_launch(kernel, args, constexprs) -> tuple:  # type: ignore[no-untype
             types[name] = ScalarType("f32" if isinstance(a, float) else "i32")
     options = dict(constexprs)
     warps = options.pop("num_warps", 4)
-    loops: collections.Counter = collections.Counter()
-    original = context.KernelContext.barrier
-
-    def counting(self: context.KernelContext) -> None:
-        loops[_innermost_loop(self.op) if self.op is not None else "-"] += 1
-        original(self)
-
-    context.KernelContext.barrier = counting  # type: ignore[method-assign]
-    try:
+    with counted_barriers() as sites:
         compiled = compile_kernel(kernel.fn, types, options, divisibility=divisible, num_warps=warps,
                                   min_blocks_per_sm=kernel.min_blocks_per_sm)
-    finally:
-        context.KernelContext.barrier = original  # type: ignore[method-assign]
+    loops: collections.Counter = collections.Counter()
+    for (_, _, loop), n in sites.items():
+        loops[loop] += n
     return compiled, loops
 
 

@@ -86,10 +86,14 @@ def _ring_configs() -> dict[str, Launch]:
     return out
 
 
-def _tma_ring_configs(warp_specialized: bool = False) -> dict[str, Launch]:
+def _tma_ring_configs(warp_specialized: bool = False, paired_a: bool = False) -> dict[str, Launch]:
     from minitriton.kernels.examples import matmul as mm
 
-    wrapper = mm.matmul_tma_ws if warp_specialized else mm.matmul_tma_ring
+    def wrapper(a: Any, b: Any, config: Any) -> Any:
+        if warp_specialized:
+            return mm.matmul_tma_ws(a, b, config, paired_a=paired_a)
+        return mm.matmul_tma_ring(a, b, config)
+
     out: dict[str, Launch] = {}
     for config in mm.MATMUL_CONFIGS:
         meta = dict(config.kwargs)
@@ -106,32 +110,18 @@ def _tma_ring_configs(warp_specialized: bool = False) -> dict[str, Launch]:
 WS_EXTRA_CONFIGS = [((256, 128, 64, 8), 3), ((256, 128, 64, 8), 4), ((128, 256, 64, 16), 3)]
 
 
-def _tma_ws_configs() -> dict[str, Launch]:
-    import minitriton as mt
-    from minitriton.kernels.examples import matmul as mm
-
-    out = _tma_ring_configs(warp_specialized=True)
-    for (bm, bn, bk, group), stages in WS_EXTRA_CONFIGS:
-        config = mt.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, num_warps=8,
-                           num_stages=stages)
-        out[f"{bm}x{bn}x{bk} w8 s{stages} G{group}"] = lambda a, b, config=config: mm.matmul_tma_ws(a, b, config)
-    return out
-
-
-def _tma_ws_paired_configs() -> dict[str, Launch]:
-    """The warp-specialized configs with 8 warps, A in rank-4 boxes of two row groups (matmul_tma_ws paired_a:
+def _tma_ws_configs(paired_a: bool = False) -> dict[str, Launch]:
+    """The warp-specialized configs; paired_a: A in rank-4 boxes of two row groups (matmul_tma_ws paired_a:
     20 -> 12 TMA instructions a stage at 128 x 256, 34 -> 18 at 256 x 128)."""
     import minitriton as mt
     from minitriton.kernels.examples import matmul as mm
 
-    out: dict[str, Launch] = {}
-    tiles = [((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["GROUP_M"]), c.num_stages)
-             for c in mm.MATMUL_CONFIGS if c.kwargs["BLOCK_M"] >= 128] + WS_EXTRA_CONFIGS
-    for (bm, bn, bk, group), stages in tiles:
+    out = _tma_ring_configs(warp_specialized=True, paired_a=paired_a)
+    for (bm, bn, bk, group), stages in WS_EXTRA_CONFIGS:
         config = mt.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, num_warps=8,
                            num_stages=stages)
         out[f"{bm}x{bn}x{bk} w8 s{stages} G{group}"] = (
-            lambda a, b, config=config: mm.matmul_tma_ws(a, b, config, paired_a=True))
+            lambda a, b, config=config: mm.matmul_tma_ws(a, b, config, paired_a=paired_a))
     return out
 
 
@@ -164,7 +154,7 @@ VARIANTS = [
     Variant("tma-ws", "matmul.py matmul_tma_ws: the TMA ring warp-specialized (producer warpgroup + consumers)",
             _tma_ws_configs),
     Variant("tma-ws-paired", "matmul_tma_ws(paired_a=True): A in rank-4 boxes of two row groups (not yet timed)",
-            _tma_ws_paired_configs),
+            lambda: _tma_ws_configs(paired_a=True)),
 ]
 
 
