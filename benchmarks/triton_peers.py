@@ -152,3 +152,52 @@ def matmul_config(a, b) -> str:
         if tuple(k[:3]) == key:
             return str(cfg)
     return "?"
+
+
+# ------------------------------------------------------------------ the TMA persistent matmul (Triton's tutorial 09 form)
+# Host tensor descriptors (triton.tools.tensor_descriptor), one program per SM looping over C tiles in grouped
+# order, TMA loads of A [BM, BK] and B [BK, BN] boxes, the C tile stored through a descriptor. tools/gemm_ab.py
+# times it per config (its TRITON_TMA_CONFIGS) like our kernels and reports the best, as Triton's autotuner would.
+
+
+@triton.jit
+def matmul_tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
+                                 WARP_SPECIALIZE: tl.constexpr):
+    start_pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+    in_group = GROUP_M * num_pid_n
+    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True, warp_specialize=WARP_SPECIALIZE):
+        first_m = (tile_id // in_group) * GROUP_M
+        group_rows = min(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile_id % in_group) % group_rows
+        pid_n = (tile_id % in_group) // group_rows
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            a = a_desc.load([pid_m * BLOCK_M, ki * BLOCK_K])
+            b = b_desc.load([ki * BLOCK_K, pid_n * BLOCK_N])
+            acc = tl.dot(a, b, acc)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.bfloat16))
+
+
+def matmul_tma_persistent(a, b, config):
+    """a @ b (bf16, row-major, fp32 accumulation) with matmul_tma_persistent_kernel at `config` = (BLOCK_M, BLOCK_N,
+    BLOCK_K, stages, warps, warp_specialize), one program per SM."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bm, bn, bk, stages, warps, ws = config
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(b, [bk, bn])
+    c_desc = TensorDescriptor.from_tensor(c, [bm, bn])
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    matmul_tma_persistent_kernel[(min(sms, tiles),)](a_desc, b_desc, c_desc, M, N, K, BLOCK_M=bm, BLOCK_N=bn,
+                                                     BLOCK_K=bk, GROUP_M=8, NUM_SMS=sms, WARP_SPECIALIZE=ws,
+                                                     num_stages=stages, num_warps=warps)
+    return c

@@ -37,12 +37,17 @@ Warp-specialized rings (passes/warp_specialize.py; docs/kernels/gemm.md v3):
   mt.alloc_ring {empty_arrivals = W}  also `.shared .align 8 .b64 mt_emptyN[S]`: the slots' empty barriers,
                                  arrival count W (one per consumer warpgroup)
   mt.async_wait {empty}          spins on the slot's empty barrier instead (the producer, before refilling it)
-  mt.ring_release (ring, slot, valid)   thread 0 of each consumer warpgroup, when valid:
+  mt.ring_release (ring, slot, valid)   when valid: thread 0 of each consumer warpgroup (attr arrive "warpgroup",
+                                 the default: the consumers read the slot through wgmma and waited for it), or every
+                                 thread (arrive "thread": they read it with ld.shared) does
                                  `mbarrier.arrive.shared::cta.b64 _, [empty slot barrier]`
-  mt.warp_role                   `setp.ge.u32 p, %tid.x, 32 * consumer warps` (in the prologue); the scf.if on it
-                                 lowers its then-branch in the producer role, its else-branch in the consumer role
-                                 (codegen/context.py: barrier() -> `bar.sync 1, consumer threads`; leader())
-  mt.set_max_registers           `setmaxnreg.{inc|dec}.sync.aligned.u32 count`
+  mt.alloc_ring {full_arrivals = F}  the full barriers count F arrivals (default 1: a TMA fill's arrive.expect_tx)
+  mt.ring_store (ring, slot, tile)   each thread stores its elements into the slot (st.shared, 16-byte vectors
+                                 where the registers allow; for a slot laid out as a wgmma operand, at
+                                 codegen/wgmma.py's operand offsets), then `fence.proxy.async.shared::cta` when a
+                                 wgmma reads the slot, then arrives on the slot's full barrier
+The partitions themselves are codegen/ptx.py's lower_warp_specialize; inside one, KernelContext gives barriers,
+the leader and the scratch buffer of that partition.
 """
 from __future__ import annotations
 
@@ -153,11 +158,18 @@ def lower_async_copy(ctx: KernelContext, op: Operation) -> None:
         ctx.emit(f"{guard}cp.async.cg.shared.global [{at}], [{ptrs[group[0]]}], {COPY_BYTES}, {src_size};")
 
 
+def ring_warps(ctx: KernelContext, ring_t: TensorType) -> int:
+    """The warps of the wgmma dots that read the ring's slots (their A rows are permuted for that count): the ring
+    layout's `warps` (explicit partitions: the reading partition's), else the warps of the code outside the
+    partitions (the pipeline pass's rings: its consumers', also when the producer warpgroup fills them)."""
+    return int(ring_t.encoding.get("warps", ctx.outer_warps))  # type: ignore[union-attr]
+
+
 def _operand_destinations(ctx: KernelContext, slot_base: str, tmap: ThreadMap, groups: list[list[int]],
                           operand: int, ring_t: TensorType) -> list[str]:
     """The shared address of each 16-byte run in a slot laid out as wgmma operand `operand`."""
     offset = operand_offset(operand, tuple(ring_t.shape[1:]), ring_t.encoding.get("swizzle"),  # type: ignore
-                            ctx.num_warps)
+                            ring_warps(ctx, ring_t))
     bits = (possible_bits(tmap, 0), possible_bits(tmap, 1))
     base = _linear(ctx, [ctx.dim_base(tmap.dims[d]) for d in (0, 1)], bits, offset)
     start = ctx.new("b32")
@@ -283,8 +295,9 @@ def _alloc_slot_barriers(ctx: KernelContext, op: Operation) -> None:
     bars = ctx.in_prologue(("ring_bars", name), "b32", f"mov.u32 {{d}}, {name};")
     _slot_barriers(ctx)[ctx.get(op.result)[0]] = bars
     leader = ctx.owner_pred(None)
+    arrivals = int(op.attrs.get("full_arrivals", 1))
     for s in range(stages):
-        ctx.emit(f"@{leader} mbarrier.init.shared::cta.b64 [{bars}+{MBARRIER_BYTES * s}], 1;")
+        ctx.emit(f"@{leader} mbarrier.init.shared::cta.b64 [{bars}+{MBARRIER_BYTES * s}], {arrivals};")
     if "empty_arrivals" in op.attrs:
         _alloc_empty_barriers(ctx, op, stages, leader)
     ctx.emit("fence.mbarrier_init.release.cluster;")
@@ -327,10 +340,14 @@ def _tma_ring_copy(ctx: KernelContext, op: Operation) -> None:
         raise ctx.error("TMA ring copies fill rings laid out as wgmma operands")
     shape = tuple(ring_t.shape[1:])
     box_shape = tuple(desc.type.block_shape)  # type: ignore[union-attr]
-    boxes = wgmma_ring_boxes(operand, shape, ctx.num_warps, ring_t.scalar.bytes,  # type: ignore[arg-type,union-attr]
+    reader_warps = ring_warps(ctx, ring_t)
+    boxes = wgmma_ring_boxes(operand, shape, reader_warps, ring_t.scalar.bytes,  # type: ignore[arg-type,union-attr]
                              rank=len(box_shape))
     if any(tuple(b) != box_shape for _, b, _ in boxes):
-        raise ctx.error(f"the descriptor's box {list(box_shape)} is not the ring's box {list(boxes[0][1])}")
+        what = "A" if operand == 0 else "B"
+        raise ctx.error(f"the descriptor's box {list(box_shape)} is not the box this ring is filled with: the slots "
+                        f"hold wgmma operand {what} for {reader_warps} warps, filled in {list(boxes[0][1])} boxes "
+                        f"(examples/matmul.py tma_ring_descriptors builds such descriptors)")
     issue = ctx.new("pred")
     ctx.emit(f"and.pred {issue}, {ctx.leader()}, {ctx.get1(valid)};")
     base = _slot_base(ctx, ring, slot)
@@ -401,27 +418,61 @@ WARPGROUP_THREADS = 128
 
 
 def lower_ring_release(ctx: KernelContext, op: Operation) -> None:
-    """Thread 0 of each consumer warpgroup arrives on the slot's empty barrier (after its wgmma.wait_group)."""
+    """Thread 0 of each consumer warpgroup (after its wgmma.wait_group), or with attr arrive "thread" every thread,
+    arrives on the slot's empty barrier."""
     ring, slot, valid = op.operands
-    in_group = ctx.in_prologue(("tid_in_warpgroup",), "b32", f"and.b32 {{d}}, {ctx.tid}, {WARPGROUP_THREADS - 1};")
-    first = ctx.in_prologue(("warpgroup_first",), "pred", f"setp.eq.u32 {{d}}, {in_group}, 0;")
-    signal = ctx.new("pred")
-    ctx.emit(f"and.pred {signal}, {first}, {ctx.get1(valid)};")
+    signal = ctx.get1(valid)
+    if op.attrs.get("arrive", "warpgroup") == "warpgroup":
+        in_group = ctx.in_prologue(("tid_in_warpgroup",), "b32", f"and.b32 {{d}}, {ctx.tid}, {WARPGROUP_THREADS - 1};")
+        first = ctx.in_prologue(("warpgroup_first",), "pred", f"setp.eq.u32 {{d}}, {in_group}, 0;")
+        signal = ctx.new("pred")
+        ctx.emit(f"and.pred {signal}, {first}, {ctx.get1(valid)};")
     bar = _empty_barrier(ctx, ring, slot)
     ctx.emit(f"@{signal} mbarrier.arrive.shared::cta.b64 _, [{bar}];")
 
 
-def lower_warp_role(ctx: KernelContext, op: Operation) -> None:
-    first = int(op.attrs["consumer_warps"]) * 32
-    ctx.bind(op.result, [ctx.in_prologue(("warp_role", first), "pred", f"setp.ge.u32 {{d}}, {ctx.tid}, {first};")])
+def lower_ring_store(ctx: KernelContext, op: Operation) -> None:
+    """Each thread writes its elements of the tile into the slot, then arrives on the slot's full barrier."""
+    ring, slot, tile = op.operands
+    ring_t: TensorType = ring.type  # type: ignore[assignment]
+    tmap = ctx.tmap(tile)
+    size = ring_t.scalar.bytes  # type: ignore[union-attr]
+    base = _slot_base(ctx, ring, slot)
+    regs = ctx.get(tile)
+    owner = ctx.owner_pred(tmap)  # replicated elements: written once
+    operand = _wgmma_operand(ring_t)
+    if operand is None:
+        width = store_width(tmap, 1, size)
+        groups = vector_groups(tmap, 1, width) if width > 1 else [[r] for r in range(tmap.num_regs)]
+        addr = _thread_addr(ctx, base, tmap, tmap.shape[1], size)
+        cols = tmap.shape[1]
+        places = [f"{addr}+{size * (r * cols + c)}" for r, c in (tmap.reg_offsets[g[0]] for g in groups)]
+    else:
+        width = min(store_width(tmap, 1, size), COPY_BYTES // size)
+        groups = vector_groups(tmap, 1, width) if width > 1 else [[r] for r in range(tmap.num_regs)]
+        places = _operand_destinations(ctx, base, tmap, groups, operand, ring_t)
+    guard = f"@{owner} " if owner else ""
+    for group, at in zip(groups, places):
+        _store_run(ctx, guard, at, [regs[r] for r in group], size)
+    if operand is not None:  # the slot is read by wgmma, through the async proxy
+        ctx.emit("fence.proxy.async.shared::cta;")
+    bar = _slot_barrier(ctx, ring, slot)
+    ctx.emit(f"mbarrier.arrive.shared::cta.b64 _, [{bar}];")
 
 
-def lower_set_max_registers(ctx: KernelContext, op: Operation) -> None:
-    how = "inc" if op.attrs["increase"] else "dec"
-    ctx.emit(f"setmaxnreg.{how}.sync.aligned.u32 {int(op.attrs['count'])};")
-
-
-def branch_roles(op: Operation) -> tuple[str, str] | None:
-    """(producer, consumer) when scf.if `op` branches on mt.warp_role, else None."""
-    cond = op.operands[0].defining_op
-    return ("producer", "consumer") if cond is not None and cond.name == "mt.warp_role" else None
+def _store_run(ctx: KernelContext, guard: str, at: str, vals: list[str], size: int) -> None:
+    """st.shared of consecutive elements (16- or 32-bit) packed into 32-bit words where there are two or more."""
+    if size == 4:
+        words = vals
+    elif len(vals) == 1:
+        ctx.emit(f"{guard}st.shared.b16 [{at}], {vals[0]};")
+        return
+    else:
+        words = []
+        for lo, hi in zip(vals[0::2], vals[1::2]):
+            w = ctx.new("b32")
+            ctx.emit(f"mov.b32 {w}, {{{lo}, {hi}}};")
+            words.append(w)
+    body = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+    vec = "" if len(words) == 1 else f".v{len(words)}"
+    ctx.emit(f"{guard}st.shared{vec}.b32 [{at}], {body};")

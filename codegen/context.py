@@ -12,11 +12,14 @@ the ones scf lowering creates for carried values and results, which are fresh pe
 """
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 from minitriton.errors import CompilationError
 from minitriton.ir import Location, Operation, Value
 from minitriton.ir.layouts import WARP_SIZE, DimMap, ThreadMap, log2, thread_map
+from minitriton.ir.partitions import Partition
 from minitriton.ir.types import TensorType
 
 from .registers import RegisterFile, mov_type
@@ -25,22 +28,33 @@ SMEM_LIMIT = 48 * 1024  # static shared memory a kernel may declare
 SCRATCH_ALIGN = 16  # exchange regions start 16-byte aligned (the widest vector access)
 
 
+@dataclass
+class Scratch:
+    """A static shared buffer the lowerings reuse behind barriers: `smem` for the code outside partitions and
+    partition 0, `smem_pJ` for partition J (partitions run at once, so each has its own)."""
+
+    name: str
+    nbytes: int = 0
+    align: int = 16
+
+
 class KernelContext:
     def __init__(self, func: Operation):
         self.func = func
         self.name: str = func.attrs["sym_name"]
-        # A warp-specialized kernel (passes/warp_specialize.py) launches num_warps warps, but its layouts, wgmma
-        # offsets and TMA boxes were built for the consumer warps 0 .. consumer_warps - 1: num_warps is theirs.
+        # A warp-specialized kernel (passes/warp_specialize.py) launches num_warps warps, but the code outside its
+        # partitions was laid out for partition 0's warps (consumer_warps); inside a partition, num_warps is the
+        # partition's (in_partition).
         self.block_warps = int(func.attrs.get("num_warps", 4))
         self.num_warps = int(func.attrs.get("consumer_warps", self.block_warps))
-        self.role: str | None = None  # "producer" / "consumer" inside a warp-role scf.if (codegen/ptx.py lower_if)
+        self.outer_warps = self.num_warps  # what code outside the partitions is laid out for
+        self.partition: Partition | None = None  # the partition being lowered (codegen/ptx.py lower_warp_specialize)
+        self.scratches: dict[str, Scratch] = {"smem": Scratch("smem")}
         self.min_blocks_per_sm = int(func.attrs.get("min_blocks_per_sm", 0))
         self.regs = RegisterFile()
         self.body: list[str] = []
         self.prologue: list[str] = []
         self.values: dict[Value, list[str]] = {}
-        self.smem_bytes = 0
-        self.smem_align = 16  # alignment of the smem buffer (TMA raises it: 128, or 1024 for 128B-swizzled boxes)
         self.smem_limit = SMEM_LIMIT  # read when the context is made, so tests can shrink it
         self.shared_decls: list[str] = []  # other .shared variables (mbarriers), declared after smem
         self.files: dict[str, int] = {}
@@ -72,21 +86,49 @@ class KernelContext:
         return f"$L_{tag}_{self._labels}"
 
     def barrier(self) -> None:
-        """A block barrier; inside the consumer role of a warp-specialized kernel the named barrier 1 of the
-        consumer threads only (the producer warpgroup never reaches it)."""
-        if self.role == "consumer":
-            self.emit(f"bar.sync 1, {self.num_warps * WARP_SIZE};")
+        """A block barrier; inside a partition the partition's named barrier, counting its threads only (the
+        other partitions never reach it)."""
+        if self.partition is not None:
+            self.emit(f"bar.sync {self.partition.barrier_id}, {self.partition.threads};")
         else:
             self.emit("bar.sync 0;")
         self.exchange_region = None
 
     def leader(self) -> str:
-        """A predicate true on the one thread that issues a role's single-thread work (TMA, expect_tx): thread 0,
-        or in the producer role of a warp-specialized kernel the producer warpgroup's first thread."""
-        if self.role != "producer":
-            return self.owner_pred(None)  # type: ignore[return-value]
-        first = self.num_warps * WARP_SIZE
-        return self._pro(("producer_leader", first), "pred", f"setp.eq.u32 {{d}}, {self.tid}, {first};")
+        """A predicate true on the one thread that issues single-thread work (TMA, expect_tx, scalar stores):
+        thread 0, or inside a partition the partition's first thread."""
+        return self.owner_pred(None)  # type: ignore[return-value]
+
+    @contextmanager
+    def in_partition(self, part: Partition) -> Iterator[None]:
+        """Lower the code of partition `part`: its warps, barrier, leader and scratch buffer."""
+        saved = self.partition, self.num_warps
+        self.partition, self.num_warps = part, part.warps
+        self.exchange_region = None
+        if part.index:
+            self.scratches.setdefault(self.scratch_name, Scratch(self.scratch_name))
+        try:
+            yield
+        finally:
+            self.partition, self.num_warps = saved
+            self.exchange_region = None
+
+    @property
+    def scratch_name(self) -> str:
+        return "smem" if self.partition is None or self.partition.index == 0 else f"smem_p{self.partition.index}"
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.scratches[self.scratch_name].nbytes
+
+    @property
+    def smem_align(self) -> int:
+        """The alignment of the current scratch buffer (TMA raises it: 128, or 1024 for 128B-swizzled boxes)."""
+        return self.scratches[self.scratch_name].align
+
+    @smem_align.setter
+    def smem_align(self, value: int) -> None:
+        self.scratches[self.scratch_name].align = value
 
     def set_loc(self, loc: Location | None) -> None:
         """Emit `.loc` when the source position changes (line info for ptxas -lineinfo and error messages)."""
@@ -207,9 +249,10 @@ class KernelContext:
 
     def owner_pred(self, tmap: ThreadMap | None) -> str | None:
         """A predicate true on the one thread that owns each element (None when nobody shares elements). For a
-        scalar (tmap None) the owner is thread 0."""
+        scalar (tmap None) the owner is thread 0, inside a partition its first thread."""
         if tmap is None:
-            return self._pro("owner_scalar", "pred", f"setp.eq.u32 {{d}}, {self.tid}, 0;")
+            first = 0 if self.partition is None else self.partition.first_thread
+            return self._pro(("owner_scalar", first), "pred", f"setp.eq.u32 {{d}}, {self.tid}, {first};")
         preds = []
         for dm in tmap.dims + tmap.hidden:
             if dm.is_replicated:
@@ -237,19 +280,22 @@ class KernelContext:
 
     @property
     def smem(self) -> str:
-        """A register holding the shared-memory buffer's address."""
-        return self._pro("smem", "b32", "mov.u32 {d}, smem;")
+        """A register holding the address of the scratch buffer (the current partition's)."""
+        name = self.scratch_name
+        return self._pro(("smem", name), "b32", f"mov.u32 {{d}}, {name};")
 
     def need_smem(self, nbytes: int) -> None:
-        if nbytes > self.smem_limit:
+        total = sum(s.nbytes for s in self.scratches.values()) - self.smem_bytes + max(self.smem_bytes, nbytes)
+        if nbytes > self.smem_limit or total > self.smem_limit:
             raise self.error(f"needs {nbytes} bytes of shared memory, more than the {self.smem_limit} available; "
                              f"use smaller blocks")
-        self.smem_bytes = max(self.smem_bytes, nbytes)
+        scratch = self.scratches[self.scratch_name]
+        scratch.nbytes = max(scratch.nbytes, nbytes)
 
     def smem_addr(self, tmap: ThreadMap, strides: Sequence[int], elem_bytes: int, offset: int = 0) -> str:
         """smem + offset + elem_bytes * linear_base(tmap, strides): add register offsets as immediates."""
         lin = self.linear_base(tmap, strides)
-        return self._pro(("smem_addr", lin, elem_bytes, offset), "b32",
+        return self._pro(("smem_addr", self.scratch_name, lin, elem_bytes, offset), "b32",
                          f"mad.lo.u32 {{d}}, {lin}, {elem_bytes}, {self.smem_at(offset)};")
 
     def scratch_for_exchange(self, nbytes: int) -> int:
@@ -279,4 +325,4 @@ class KernelContext:
         return self.smem if offset == 0 else self._smem_plus(offset)
 
     def _smem_plus(self, offset: int) -> str:
-        return self._pro(("smem_plus", offset), "b32", f"add.u32 {{d}}, {self.smem}, {offset};")
+        return self._pro(("smem_plus", self.scratch_name, offset), "b32", f"add.u32 {{d}}, {self.smem}, {offset};")

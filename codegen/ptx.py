@@ -21,7 +21,9 @@ Control flow: scf.for -> a header label, `setp` + `@p bra` to the exit, the body
 a parallel move at the end, the induction variable stepped, a branch back; scf.if -> `@!p bra` around the branches,
 each moving its yielded values into the result registers; scf.while -> the before-region, the forwarded values
 moved into the after-region's (and the results') registers, `@!c bra` out, the after-region, a parallel move
-back. Every op's `.loc` points at its kernel source line.
+back; mt.warp_specialize -> each partition's code behind a branch on %tid.x (its warps enter, the others jump
+over it), starting with its setmaxnreg, all partitions meeting at the end. Every op's `.loc` points at its kernel
+source line.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from typing import Callable
 
 from minitriton.errors import CompilationError
 from minitriton.ir import Block, Module, Operation, Value
+from minitriton.ir.partitions import Partition, partitions_of, starting_registers
 from minitriton.ir.types import PointerType, ScalarType, TensorDescType, TensorType
 
 from . import async_copy, dot, elementwise, layout_moves, memory, reductions, tma, wgmma
@@ -103,8 +106,9 @@ def _assemble(ctx: KernelContext, params: list[str], param_code: list[str]) -> s
         lines.append(f".minnctapersm {ctx.min_blocks_per_sm}")
     lines.append("{")
     lines += [f"  {d}" for d in ctx.regs.declarations()]
-    if ctx.smem_bytes:
-        lines.append(f"  .shared .align {ctx.smem_align} .b8 smem[{(ctx.smem_bytes + 15) // 16 * 16}];")
+    for scratch in ctx.scratches.values():
+        if scratch.nbytes:
+            lines.append(f"  .shared .align {scratch.align} .b8 {scratch.name}[{(scratch.nbytes + 15) // 16 * 16}];")
     lines += [f"  {d}" for d in ctx.shared_decls if not d.startswith(".extern")]
     lines += param_code + ctx.prologue + ctx.body
     lines.append("}")
@@ -195,22 +199,51 @@ def lower_if(ctx: KernelContext, op: Operation) -> None:
     results = [_fresh(ctx, r) for r in op.results]
     other, done = ctx.new_label("else"), ctx.new_label("endif")
     ctx.emit(f"@!{cond} bra {other};")
-    roles = async_copy.branch_roles(op)  # a warp-role split: (producer, consumer) barriers and leaders
     for i, region in enumerate(op.regions):
         block = region.block
-        if roles:
-            ctx.role = roles[i]
         _lower_block(ctx, _without_terminator(block))
         ctx.op = op
         _move_values(ctx, results, block.terminator.operands)  # type: ignore[union-attr]
         if i == 0:
             ctx.emit(f"bra.uni {done};")
             ctx.label(other)
-    if roles:
-        ctx.role = None
     ctx.label(done)
     for r, regs in zip(op.results, results):
         ctx.bind(r, regs)
+
+
+def lower_warp_specialize(ctx: KernelContext, op: Operation) -> None:
+    """Each partition's code behind a branch its warps take (the others jump over it), as in lower_if: in it the
+    partition's setmaxnreg (inc from the block's starting count, dec below it), then its region lowered for its
+    warps (KernelContext.in_partition: named barrier, leader, scratch buffer); every partition ends at the op's
+    end."""
+    parts = partitions_of(op)
+    entry = starting_registers(parts)
+    done = ctx.new_label("partitions_end")
+    for part, region in zip(parts, op.regions):
+        skip = ctx.new_label(f"partition{part.index}_skip")
+        mine = _in_partition_predicate(ctx, part)
+        ctx.emit(f"@!{mine} bra {skip};")
+        with ctx.in_partition(part):
+            if part.registers:
+                ctx.emit(f"setmaxnreg.{'inc' if part.registers >= entry else 'dec'}.sync.aligned.u32 "
+                         f"{part.registers};")
+            _lower_block(ctx, _without_terminator(region.block))
+        ctx.op = op
+        ctx.emit(f"bra.uni {done};")
+        ctx.label(skip)
+    ctx.label(done)
+
+
+def _in_partition_predicate(ctx: KernelContext, part: Partition) -> str:
+    """A prologue predicate true on the partition's threads: %tid.x in [first thread, first + threads)."""
+    end = part.first_thread + part.threads
+    below = ctx.in_prologue(("tid_below", end), "pred", f"setp.lt.u32 {{d}}, {ctx.tid}, {end};")
+    if not part.first_thread:
+        return below
+    above = ctx.in_prologue(("tid_from", part.first_thread), "pred",
+                            f"setp.ge.u32 {{d}}, {ctx.tid}, {part.first_thread};")
+    return ctx.in_prologue(("tid_in", part.first_thread, end), "pred", f"and.pred {{d}}, {above}, {below};")
 
 
 def lower_while(ctx: KernelContext, op: Operation) -> None:
@@ -318,7 +351,7 @@ LOWERINGS: dict[str, Lowering] = {
     "mt.local_load": async_copy.lower_local_load,
     "mt.ring_slot": async_copy.lower_ring_slot, "mt.dot_wait": wgmma.lower_dot_wait,
     "mt.descriptor_load": tma.lower_descriptor_load, "mt.descriptor_store": tma.lower_descriptor_store,
-    "mt.warp_role": async_copy.lower_warp_role, "mt.set_max_registers": async_copy.lower_set_max_registers,
+    "mt.warp_specialize": lower_warp_specialize, "mt.ring_store": async_copy.lower_ring_store,
     "mt.ring_release": async_copy.lower_ring_release,
 }
 for _name in elementwise.LOWERINGS:

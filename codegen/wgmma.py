@@ -266,7 +266,7 @@ def _a_descriptor(ctx: KernelContext, a_v: Value, slot: Value | None, staged: li
         swizzle = slot.type.encoding.get("swizzle")  # type: ignore[union-attr]
         addr = ctx.get(slot)[0]
         if num_warps > WARPGROUP_WARPS:
-            wg = ctx._pro("warpgroup", "b32", f"shr.u32 {{d}}, {ctx.warp}, {log2(WARPGROUP_WARPS)};")
+            wg = warpgroup_index(ctx, num_warps)
             moved = ctx.new("b32")
             ctx.emit(f"mad.lo.u32 {moved}, {wg}, {tile_bytes}, {addr};")
             addr = moved
@@ -316,7 +316,7 @@ def _stage(ctx: KernelContext, src: Value, offset: Offset, region: int, k_dim: i
     owner = ctx.owner_pred(tmap)
     base_bits = (possible_bits(tmap, 0), possible_bits(tmap, 1))
     base = _linear(ctx, [ctx.dim_base(tmap.dims[d]) for d in (0, 1)], base_bits, offset)
-    start = ctx._pro(("stage_at", region), "b32", f"add.u32 {{d}}, {ctx.smem}, {region};")
+    start = ctx._pro(("stage_at", ctx.smem, region), "b32", f"add.u32 {{d}}, {ctx.smem}, {region};")
     for group in groups:
         off = tmap.reg_offsets[group[0]]
         if all(base_bits[d] & off[d] == 0 for d in (0, 1)):  # base + off == base ^ off: offset(base) ^ offset(off)
@@ -379,13 +379,20 @@ def _linear(ctx: KernelContext, coords: list[str], bits: tuple[int, int], offset
 
 def _descriptor_base(ctx: KernelContext, swizzle: int, num_warps: int, tile_bytes: int, region: int) -> str:
     """The descriptor of smem + region (+ the warpgroup's A tile when num_warps > 4), in the prologue."""
-    addr = ctx._pro(("stage_at", region), "b32", f"add.u32 {{d}}, {ctx.smem}, {region};")
+    addr = ctx._pro(("stage_at", ctx.smem, region), "b32", f"add.u32 {{d}}, {ctx.smem}, {region};")
     if num_warps > WARPGROUP_WARPS:
-        wg = ctx._pro("warpgroup", "b32", f"shr.u32 {{d}}, {ctx.warp}, {log2(WARPGROUP_WARPS)};")
+        wg = warpgroup_index(ctx, num_warps)
         addr = ctx._pro(("wg_tile", addr, tile_bytes), "b32", f"mad.lo.u32 {{d}}, {wg}, {tile_bytes}, {addr};")
     masked = ctx._pro(("desc_addr", addr), "b32", f"bfe.u32 {{d}}, {addr}, 4, 14;")  # (addr & 0x3FFFF) >> 4
     wide = ctx._pro(("desc_wide", masked), "b64", f"cvt.u64.u32 {{d}}, {masked};")
     return ctx._pro(("desc", wide, swizzle), "b64", f"or.b64 {{d}}, {wide}, {make_descriptor(0, swizzle):#x};")
+
+
+def warpgroup_index(ctx: KernelContext, num_warps: int) -> str:
+    """The thread's warpgroup among the `num_warps` warps of its code: the warp index's bits 2 .. log2(num_warps)
+    - 1 (a partition's first warp is a multiple of its warp count, so these are its own warpgroup's bits)."""
+    bits = log2(num_warps // WARPGROUP_WARPS)
+    return ctx._pro(("warpgroup", bits), "b32", f"bfe.u32 {{d}}, {ctx.warp}, {log2(WARPGROUP_WARPS)}, {bits};")
 
 
 def _descriptor(ctx: KernelContext, base: str, offset: int) -> str:

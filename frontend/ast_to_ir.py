@@ -23,6 +23,7 @@ from minitriton.ir import Block, Builder, Location, Module, Operation, Region, f
 from minitriton.ir.types import PointerType, ScalarType, TensorDescType, Type, i1, i32, i64
 
 from .early_return import fold_early_returns
+from .partitions import RingValue, check_specialized_kernel, compile_warp_specialize, ring_attribute
 from .semantic import Number, Semantic, TileValue, describe, promote_scalars, python_constant_type, weak_type
 from .source import FunctionSource, InlineFunction, function_source
 
@@ -45,8 +46,7 @@ PY_BUILTINS: dict[str, Any] = {name: getattr(builtins, name) for name in (
     "reversed", "print", "round", "divmod", "all", "any", "sorted", "str", "type")}
 PY_BUILTINS.update({"range": range, "True": True, "False": False, "None": None})
 
-UNSUPPORTED_STMTS = {ast.Break: "'break'", ast.Continue: "'continue'", ast.With: "'with' blocks",
-                     ast.Try: "'try' blocks", ast.Raise: "'raise'", ast.Delete: "'del'", ast.Global: "'global'",
+UNSUPPORTED_STMTS = {ast.Break: "'break'", ast.Continue: "'continue'", ast.Try: "'try' blocks", ast.Raise: "'raise'", ast.Delete: "'del'", ast.Global: "'global'",
                      ast.Nonlocal: "'nonlocal'", ast.ClassDef: "class definitions", ast.Import: "imports",
                      ast.ImportFrom: "imports", ast.FunctionDef: "nested function definitions",
                      ast.AsyncFunctionDef: "async functions", ast.AsyncFor: "async loops",
@@ -96,6 +96,7 @@ class KernelCompiler:
                 equal_to_one: set[str], num_warps: int) -> Operation:
         src = self.root
         fdef = src.tree
+        self.num_warps = num_warps
         params = self.parameters(fdef)
         scope: dict[str, Any] = {}
         runtime: list[tuple[str, Type]] = []
@@ -129,6 +130,7 @@ class KernelCompiler:
             pass
         self.builder.loc = src.loc(fdef)
         self.builder.create("mt.return")
+        check_specialized_kernel(entry)
         return func
 
     def parameters(self, fdef: ast.FunctionDef) -> dict[str, tuple[ast.arg, bool, Any]]:
@@ -263,6 +265,20 @@ class KernelCompiler:
             raise CompilationError("assigning into a tile element is not supported; build the tile with mt.where")
         else:
             raise CompilationError(f"cannot assign to {type(target).__name__}")
+
+    def stmt_With(self, node: ast.With) -> None:
+        if len(node.items) != 1 or node.items[0].optional_vars is not None:
+            raise CompilationError("'with' blocks in kernels take one mt.warp_specialize() or mt.partition(...), "
+                                   "without 'as'")
+        what = self.expr(node.items[0].context_expr)
+        if isinstance(what, mtl.warp_specialize):
+            compile_warp_specialize(self, node)
+        elif isinstance(what, mtl.partition):
+            raise CompilationError("`with mt.partition(...):` blocks go directly inside a `with "
+                                   "mt.warp_specialize():` block")
+        else:
+            raise CompilationError(f"'with' blocks in kernels are for mt.warp_specialize() and mt.partition(...), "
+                                   f"not {describe(what)}")
 
     def stmt_Assert(self, node: ast.Assert) -> None:
         cond = self.expr(node.test)
@@ -694,6 +710,8 @@ class KernelCompiler:
         name = node.attr
         if isinstance(base, TileValue):
             return self.tile_attribute(base, name)
+        if isinstance(base, RingValue):
+            return ring_attribute(self.sem, base, name)
         if isinstance(base, ScalarType) and name in ("bits", "is_float", "is_signed", "name"):
             v = getattr(base, name)
             return v
@@ -812,6 +830,10 @@ class KernelCompiler:
             return RangeCall.make(args, kwargs)
         if fn is mtl.static_range:
             return mtl.static_range(*args)
+        if fn in (mtl.warp_specialize, mtl.partition):
+            if any(isinstance(a, TileValue) for a in list(args) + list(kwargs.values())):
+                raise CompilationError(f"mt.{fn.__name__} takes compile-time values")
+            return fn(*args, **kwargs)
         if getattr(fn, "__mt_kernel__", False):
             raise CompilationError(f"cannot call the kernel '{fn.__name__}' from a kernel; make the shared code "
                                    "an @mt.func")

@@ -24,9 +24,11 @@ from minitriton.errors import CompilationError
 # Passes run on every kernel, in order (names looked up in the pass registry when a kernel compiles).
 # "pipeline" (cp.async rings for K-loops; wgmma dots read the slots in place, asynchronously: passes/pipeline.py)
 # is verified on the CPU (ptxas, PTX simulator replays of every kernel test) but not yet on the H200.
-# "warp-specialize" acts only on kernels compiled with warp_specialize=True (TMA rings: a producer warpgroup, the
-# func attr num_warps then counts it too, so the launcher's block size follows; passes/warp_specialize.py).
-PIPELINE: list[str] = ["canonicalize", "tiling", "dot-lowering", "pipeline", "warp-specialize"]
+# "warp-specialize" acts on kernels compiled with warp_specialize=True (TMA rings: a producer warpgroup) and on
+# kernels with an explicit mt.warp_specialize block (ring protocols); the func attr num_warps then counts every
+# partition's warps, so the launcher's block size follows (passes/warp_specialize.py). "async-dots" keeps one wgmma
+# in flight in explicit partitions' K loops (passes/async_dots.py).
+PIPELINE: list[str] = ["canonicalize", "tiling", "dot-lowering", "pipeline", "warp-specialize", "async-dots"]
 # The interpreter runs tile IR: only clean-ups, no layout assignment.
 INTERPRET_PIPELINE: list[str] = ["canonicalize"]
 

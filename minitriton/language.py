@@ -23,7 +23,8 @@ __all__ = [
     "store", "atomic_add", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum",
     "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin",
     "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum", "fma", "cdiv", "cast", "bitcast_split", "trans",
-    "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert",
+    "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert", "ring", "warp_specialize",
+    "partition",
 ]
 
 dtype = ScalarType
@@ -309,3 +310,41 @@ class static_range:
 def static_assert(condition: Any, message: str = "", _sem: Any = None) -> None:
     """Fail compilation with `message` when the compile-time `condition` is false."""
     return _sem.static_assert(condition, message)
+
+
+# ------------------------------------------------------------------------------------ warp specialization
+
+
+@builtin
+def ring(shape: Any, dtype: ScalarType, stages: int, _sem: Any = None) -> Any:
+    """A ring of `stages` shared-memory slots, each a tile of `shape` and `dtype`, through which the partitions of
+    an `mt.warp_specialize` block hand tiles to each other (a full and an empty mbarrier per slot). Allocate it
+    before the partitions; then, with `i` a running fill count (0, 1, 2, ...: fill i goes to slot i % stages):
+
+        ring.put(i, desc, [row, col])   wait until slot i % stages is free, then TMA-load the tile of the descriptor's
+                                        tensor whose first element is (row, col) into it (zeros outside the tensor)
+        ring.put(i, tile)               wait until the slot is free, then store the tile into it
+        x = ring.get(i)                 wait until fill i landed; x is the slot's tile (a wgmma mt.dot reads it in
+                                        place)
+        ring.release(i)                 this partition is done with fill i: the slot may be refilled
+
+    Every fill must be released by the partition that reads it before fill i + stages can go into its slot."""
+    from .frontend.partitions import make_ring
+
+    return make_ring(_sem, shape, dtype, stages)
+
+
+class warp_specialize:
+    """`with mt.warp_specialize():` holding `with mt.partition(...):` blocks: the partitions run at the same time,
+    each on warps of its own (the first, the default partition, on the kernel's num_warps warps). They share the
+    scalars, pointers, descriptors and `mt.ring` buffers defined before; each computes its own tiles. Nothing may
+    follow the block in the kernel."""
+
+
+class partition:
+    """One partition of an `mt.warp_specialize` block: `warps` (a power of two; the default partition's is the
+    kernel's num_warps) and `registers` per thread (setmaxnreg; 0 keeps ptxas's entry count; needs whole
+    warpgroups), e.g. `with mt.partition(warps=4, registers=40):` for a TMA producer."""
+
+    def __init__(self, warps: int | None = None, registers: int = 0):
+        self.warps, self.registers = warps, registers

@@ -6,6 +6,7 @@ from . import canonicalize, constant_fold, cse, dce  # noqa: E402,F401  (canonic
 from . import tiling  # noqa: E402,F401  (layout assignment)
 from . import dot_lowering  # noqa: E402,F401  (tensor-core instruction choice for mt.dot)
 from . import pipeline  # noqa: E402,F401  (software pipelining of dot K loops: cp.async rings)
-from . import warp_specialize  # noqa: E402,F401  (TMA rings: producer warpgroup + consumer warps)
+from . import warp_specialize  # noqa: E402,F401  (partitions: producer warpgroup + consumer warps, ring protocols)
+from . import async_dots  # noqa: E402,F401  (in-place ring dots of explicit partitions made asynchronous)
 
 __all__ = ["PASSES", "get_pass", "register_pass", "run_passes"]

@@ -46,7 +46,9 @@ from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
 from minitriton.ir.mma_layouts import (dot_operand_layout, dot_operand_thread_map, mma_layout, shared_layout,
                                       tiles_accumulator, warps_of)
-from minitriton.ir.types import LayoutAttr, TensorType
+from minitriton.errors import CompilationError
+from minitriton.ir.partitions import warps_of_ops
+from minitriton.ir.types import LayoutAttr, TensorType, layout
 
 from .dce import eliminate_dead_code
 from .registry import register_pass
@@ -80,7 +82,7 @@ def dot_lowering(module: Module) -> Module:
 
 def lower_dots(func: Operation) -> bool:
     """Rewrite the eligible dots of `func`; True when there was one."""
-    num_warps = int(func.attrs.get("num_warps", 4))
+    warps = warps_of_ops(func)  # each dot is laid out on its partition's warps (minitriton/ir/partitions.py)
     prefer = func.attrs.get("dot_instruction", DEFAULT_CHOICE)
     if prefer not in CHOICES:
         raise ValueError(f"dot-lowering: dot_instruction must be one of {CHOICES}, got {prefer!r}")
@@ -88,7 +90,8 @@ def lower_dots(func: Operation) -> bool:
     for op in func.walk():
         if op.name == "mt.dot":
             _check_not_lowered(func, op)
-            choice = choose(op, num_warps, prefer, operands_in_rings(func, op))
+            in_rings = operands_in_rings(func, op) or ring_slot_operands(op) is not None
+            choice = choose(op, warps[op], prefer, in_rings)
             if choice is not None:
                 chosen[op] = choice
     if not chosen:
@@ -97,7 +100,7 @@ def lower_dots(func: Operation) -> bool:
     anchors = {op: c.accumulator for op, c in chosen.items()}
     for op in func.walk():  # dots left on CUDA cores keep a blocked accumulator: an #mma layout flooding in from a
         if op.name == "mt.dot" and op not in chosen:  # tensor-core neighbour may not tile their shape
-            anchors[op] = default_layout(op.result.type.shape, num_warps)
+            anchors[op] = default_layout(op.result.type.shape, warps[op])
     for op, choice in chosen.items():  # operands built by a reshape: hold them in their fragments' threads
         if choice.instruction == "mma":
             for i, enc in ((0, choice.a), (1, choice.b)):
@@ -108,6 +111,9 @@ def lower_dots(func: Operation) -> bool:
     assign_layouts(func, anchors)
     memo: dict[tuple[Value, LayoutAttr], Value] = {}
     for op, choice in chosen.items():
+        if choice.instruction == "wgmma" and ring_slot_operands(op) is not None:
+            read_rings_in_place(func, op, warps[op])
+            continue
         for i, enc in ((0, choice.a), (1, choice.b)):
             op.operands[i] = _operand_in(op.operands[i], enc, memo)
     verify_dot_layouts(func)
@@ -133,6 +139,50 @@ def operands_in_rings(func: Operation, op: Operation) -> bool:
         return False
     analysis = AxisAnalysis(func)
     return all(would_ring(func, loop, ld, analysis) for ld in loads)  # type: ignore[arg-type]
+
+
+def ring_slot_operands(op: Operation) -> tuple[Operation, Operation] | None:
+    """The two mt.local_load ops of explicit rings (mt.ring, frontend/partitions.py) that give the dot's a and b,
+    or None: a wgmma reads such slots in place."""
+    loads = [v.defining_op for v in op.operands[:2]]
+    if any(ld is None or ld.name != "mt.local_load" or ld.operands[0].defining_op is None
+           or not ld.operands[0].defining_op.attrs.get("explicit") for ld in loads):
+        return None
+    return loads[0], loads[1]  # type: ignore[return-value]
+
+
+def read_rings_in_place(func: Operation, dot: Operation, num_warps: int) -> None:
+    """The wgmma `dot` reads its operands straight from their ring slots: each mt.local_load becomes an mt.ring_slot
+    view, and its ring takes the operand's layout (`#mt.shared<{swizzle, order = [1, 0], operand, stages, warps}>`:
+    A K-major, B MN-major; `warps` the consumer warps the A rows are permuted for, which the producer's TMA boxes
+    follow). A ring read in place is read only that way (its slots are swizzled)."""
+    for i, load in enumerate(ring_slot_operands(dot)):  # type: ignore[arg-type]
+        ring = load.operands[0]
+        t: TensorType = load.result.type  # type: ignore[assignment]
+        contiguous = t.shape[1]
+        swizzle = min(128, 2 * contiguous)
+        if swizzle < 32 or (2 * contiguous) % swizzle or (i == 1 and min(contiguous, 256) % (swizzle // 2)):
+            raise CompilationError(f"a ring slot of {list(t.shape)} cannot be read in place as wgmma operand "
+                                   f"{'ab'[i]}: its rows must be a whole number of 32, 64 or 128-byte swizzle atoms",
+                                   dot.loc)
+        stages = int(ring.defining_op.attrs["stages"])  # type: ignore[union-attr]
+        enc = layout("shared", swizzle=swizzle, order=[1, 0], operand=i, stages=stages, warps=num_warps)
+        current = ring.type.encoding  # type: ignore[union-attr]
+        if current is not None and current.get("operand") is not None and current != enc:
+            raise CompilationError("one ring is read in place by wgmma dots that want different layouts", dot.loc)
+        for user in func.walk():
+            if ring in user.operands and user.name == "mt.local_load" and user is not load \
+                    and not any(user.result in d.operands[:2] for d in func.walk() if d.name == "mt.dot"):
+                raise CompilationError("a ring a wgmma dot reads in place is swizzled for it: read it only as "
+                                       "that dot's operand", user.loc)
+        ring.type = ring.type.with_encoding(enc)
+        view = Operation("mt.ring_slot", list(load.operands),
+                         [t.with_encoding(layout("shared", swizzle=swizzle, order=[1, 0], operand=i))], loc=load.loc)
+        block = load.parent
+        block.insert(block.ops.index(load) + 1, view)  # type: ignore[union-attr]
+        dot.operands[i] = view.result
+        if not any(load.result in o.operands for o in func.walk()):
+            load.erase()
 
 
 def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool = False) -> DotChoice | None:

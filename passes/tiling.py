@@ -50,6 +50,11 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    pointer arithmetic, at most REMAT_LIMIT ops), else converted by one `mt.convert_layout` placed right after
    its definition (hoisted out of the loops that use it).
 
+Warp-specialized kernels (`mt.warp_specialize`): each partition's tiles are laid out for that partition's warps
+(minitriton/ir/partitions.py; no tile crosses a partition boundary, the frontend checks). Rings (mt.alloc_ring
+values) live in shared memory and get no distributed layout: a tile read from a slot (mt.local_load) takes the
+layout its consumers want, and a tile written to one (mt.ring_store) keeps whatever layout it has.
+
 Preconditions: a kernel straight from the frontend (no encodings yet); attr `num_warps` (default 4).
 """
 from __future__ import annotations
@@ -64,7 +69,9 @@ from minitriton.ir.layouts import (WARP_SIZE, blocked, blocked_equivalent, block
                                    is_slice, layouts_equivalent, permute_layout, slice_of, split_layout, subtile_layout,
                                    thread_map, vector_groups)
 from minitriton.ir.ops import OPS
-from minitriton.ir.types import LayoutAttr, PointerType, TensorType
+from minitriton.ir.types import LayoutAttr, PointerType, TensorType, layout
+
+from minitriton.ir.partitions import warps_of_ops
 
 from .axis_info import AxisAnalysis, AxisInfo
 from .registry import register_pass
@@ -102,7 +109,7 @@ def assign_layouts(func: Operation, dot_layouts: dict[Operation, LayoutAttr] | N
         for v in op.results + [a for r in op.regions for b in r.blocks for a in b.args]:
             if isinstance(v.type, TensorType) and v.type.encoding is not None:
                 raise ValueError(f"tiling: {func.attrs.get('sym_name')} already has layouts ({v.type})")
-    solver = _Solver(func, int(func.attrs.get("num_warps", 4)), dot_layouts or {})
+    solver = _Solver(func, dot_layouts or {})
     solver.solve()
     solver.materialize()
     verify_layouts(func)
@@ -123,7 +130,14 @@ class _Node:
 
 
 def _is_tensor(v: Value) -> bool:
-    return isinstance(v.type, TensorType)
+    """A tile the solver lays out: a tensor in registers (not a shared-memory ring, whose layout dot-lowering or the
+    codegen picks)."""
+    return isinstance(v.type, TensorType) and not _is_ring(v)
+
+
+def _is_ring(v: Value) -> bool:
+    op = v.defining_op
+    return op is not None and op.name == "mt.alloc_ring"
 
 
 Config = tuple[dict[Value, LayoutAttr], dict[Slot, "LayoutAttr | None"]]
@@ -176,8 +190,10 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
         return _concat_rule(op, hint_def is not None, hint)
     if name == "mt.bitcast_split":
         return _bitcast_split_rule(op, hint_def is not None, hint)
-    if name == "mt.descriptor_load":
+    if name in ("mt.descriptor_load", "mt.local_load"):
         return {op.result: hint}, {}
+    if name == "mt.ring_store":
+        return {}, {s: None for s in node.uses}  # the tile is written to shared memory from any layout
     if name == "mt.descriptor_store":
         return {}, {s: None for s in node.uses}  # the tile is written to shared memory from any layout
     if name == "mt.dot":
@@ -241,10 +257,10 @@ def _bitcast_split_rule(op: Operation, from_result: bool, hint: LayoutAttr) -> C
 
 
 class _Solver:
-    def __init__(self, func: Operation, num_warps: int, dot_layouts: dict[Operation, LayoutAttr] | None = None):
+    def __init__(self, func: Operation, dot_layouts: dict[Operation, LayoutAttr] | None = None):
         self.func = func
         self.dot_layouts = dot_layouts or {}
-        self.num_warps = num_warps
+        self.op_warps = warps_of_ops(func)  # the warps of each op's partition (minitriton/ir/partitions.py)
         self.nodes: list[_Node] = []
         self.def_node: dict[Value, _Node] = {}
         self.slot_node: dict[Slot, _Node] = {}
@@ -315,7 +331,7 @@ class _Solver:
             self._decide(node, config)
 
     def _decide_coalesced(self, node: _Node) -> None:
-        enc, width = coalesced_layout(node.op, self.analysis, self.num_warps, self._reductions(node))
+        enc, width = coalesced_layout(node.op, self.analysis, self.op_warps[node.op], self._reductions(node))
         self.vector_width[node.op] = width
         self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
 
@@ -331,7 +347,7 @@ class _Solver:
             return False
         t = node.op.operands[0].type
         per_thread = max(1, MAX_VECTOR_BYTES // t.scalar.pointee.bytes)  # type: ignore[union-attr]
-        return t.numel <= self.num_warps * WARP_SIZE * per_thread
+        return t.numel <= self.op_warps[node.op] * WARP_SIZE * per_thread
 
     def _reaches_carried(self, node: _Node) -> bool:
         """Whether the access's tile is (through elementwise ops, either way) a loop-carried value: a replicated
@@ -417,7 +433,8 @@ class _Solver:
                     continue
                 self._decide_coalesced(node)
             elif node.rule == "mt.descriptor_load":
-                self._decide(node, ({node.op.result: descriptor_layout(node.op.result.type, self.num_warps)}, {}))
+                warps = self.op_warps[node.op]
+                self._decide(node, ({node.op.result: descriptor_layout(node.op.result.type, warps)}, {}))
         self.queue, anchors = dots, self.queue
         self._flood()
         self.queue = anchors
@@ -441,7 +458,7 @@ class _Solver:
         uses = [(None, s, s[0].operands[s[1]]) for s in node.uses]
         ports = uses + ports if node.rule == "mt.reduce" else ports + uses
         for hint_def, hint_use, v in ports:
-            self._try(node, hint_def, hint_use, default_layout(v.type.shape, self.num_warps))
+            self._try(node, hint_def, hint_use, default_layout(v.type.shape, self.op_warps[node.op]))
             if node.decided:
                 break
         assert node.decided, f"tiling: could not decide {node.rule}"
@@ -451,6 +468,9 @@ class _Solver:
     def materialize(self) -> None:
         for v, enc in self.layout.items():
             v.type = v.type.with_encoding(enc)
+        for op in self.func.walk():  # rings: row-major, unswizzled slots until a wgmma reads one in place
+            if op.name == "mt.alloc_ring" and op.result.type.encoding is None:
+                op.result.type = op.result.type.with_encoding(ring_layout(op.attrs["stages"]))
         self.memo: dict[tuple[Value, LayoutAttr], Value] = {}
         for slot, want in list(self.required.items()):
             op, i = slot
@@ -486,6 +506,11 @@ class _Solver:
         clone = Operation(op.name, operands, [v.type.with_encoding(want)], dict(op.attrs), loc=op.loc)
         insert_after_definition(v, clone)
         return clone.result
+
+
+def ring_layout(stages: int) -> LayoutAttr:
+    """The shared layout of a ring's slots by default: row-major, unswizzled (codegen/async_copy.py)."""
+    return layout("shared", swizzle=0, order=[1, 0], stages=stages)
 
 
 def _cheap_size(v: Value, limit: int) -> int:

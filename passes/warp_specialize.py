@@ -1,41 +1,52 @@
-"""Pass "warp-specialize": a TMA-fed wgmma ring (passes/pipeline.py "TMA rings") split into a producer warpgroup
-that fills the ring and consumer warps that run the dots (docs/kernels/gemm.md v3).
+"""Pass "warp-specialize": kernels whose warps split into partitions (`mt.warp_specialize`), in two forms that
+leave the same IR behind (docs/kernels/gemm.md v3, docs/warp_specialization.md).
 
-Acts only on a kernel with func attr `warp_specialize` (the compiler sets it from `@mt.kernel(warp_specialize=True)`;
-off by default) whose TMA ring loop sits in the function's top-level block; anything else is left unchanged. It
-rewrites (S stages, N = num_warps consumer warps; the pipeline pass's output on the left):
+**Automatic** (func attr `warp_specialize`, from `@mt.kernel(warp_specialize=True)`): a TMA-fed wgmma ring loop
+(passes/pipeline.py "TMA rings") in the function's top-level block is split into a producer warpgroup that fills
+the ring and consumer warps that run the dots. Anything else is left unchanged. It rewrites (S stages, N =
+num_warps consumer warps; the pipeline pass's output on the left):
 
   %ring = mt.alloc_ring {tma_barriers}            %ring = mt.alloc_ring {tma_barriers, empty_arrivals = N / 4}
   prologue: mt.async_copy %ring, j, ...  (j < ahead)        (dropped: the producer issues every fill)
-  scf.for (..., %i, %read, %write, %phase) {       %role = mt.warp_role {consumer_warps = N}
-    mt.async_wait %ring, %read, %phase {barrier}   scf.if %role {                       producer warpgroup
-    %s = mt.ring_slot ...; %d = mt.dot ...           mt.set_max_registers {count = 40, increase = false}
-    mt.async_copy %ring, %write, %desc, row, col     scf.for %iv (%j = 0, %slot = 0, %ph = 0) {
-    [mt.dot_wait {pending = 1}]                        mt.async_wait %ring, %slot, 1 - %ph {empty}
-  }                                                    mt.async_copy %ring, %slot, %desc, row(j), col(j), true
-  mt.dot_wait {pending = 0}                            yield j + 1, next slot, ph flipped when slot wraps }
-  epilogue ...                                     } else {                                    consumer warps
-  mt.return                                          mt.set_max_registers {count = 232, increase = true}
-                                                     scf.for (..., %i, %read, %write, %phase) {
-                                                       mt.async_wait %ring, %read, %phase    (no block barrier)
-                                                       %d = mt.dot {async_groups = 1, deferred_wait}
-                                                       mt.dot_wait {pending = 1}        dot i - 1 retired
-                                                       mt.ring_release %ring, (read - 1) % S, %i > 0 }
-                                                     mt.dot_wait {pending = 0}; epilogue ... }
+  scf.for (..., %i, %read, %write, %phase) {       mt.warp_specialize {warps = [N, 4], registers = [232, 40]} ({
+    mt.async_wait %ring, %read, %phase {barrier}     scf.for (..., %i, %read, %write, %phase) {   consumer warps
+    %s = mt.ring_slot ...; %d = mt.dot ...             mt.async_wait %ring, %read, %phase    (no block barrier)
+    mt.async_copy %ring, %write, %desc, row, col       %d = mt.dot {async_groups = 1, deferred_wait}
+    [mt.dot_wait {pending = 1}]                        mt.dot_wait {pending = 1}        dot i - 1 retired
+  }                                                    mt.ring_release %ring, (read - 1) % S, %i > 0 }
+  mt.dot_wait {pending = 0}                          mt.dot_wait {pending = 0}; epilogue ...
+  epilogue ...                                     }, {                                   producer warpgroup
+  mt.return                                          scf.for %iv (%j = 0, %slot = 0, %ph = 0) {
+                                                       mt.async_wait %ring, %slot, 1 - %ph {empty}
+                                                       mt.async_copy %ring, %slot, %desc, row(j), col(j), true
+                                                       yield j + 1, next slot, ph flipped when slot wraps }
+                                                   })
                                                    mt.return
-Func attrs: `num_warps` becomes N + 4 (the launcher's block size and `.maxntid`), `consumer_warps` = N (what every
-layout, the wgmma operand offsets and the TMA boxes were built for: the codegen keeps using N), and
-`min_blocks_per_sm` 1 unless set (`.minnctapersm 1`: without a register cap at entry ptxas ignores setmaxnreg,
-C7508). Consumer warps keep their thread ids, so nothing else changes. The producer waits on a slot's empty barrier
-for the parity opposite to its fill count's (a fresh mbarrier counts the phase before its first as complete, so
-the first S waits pass at once); each consumer warpgroup arrives once per slot after its wgmma.wait_group 1 shows
-the dot that read the slot retired. In the codegen, block barriers inside the consumer branch become
-`bar.sync 1, 32 * N` (the producer never reaches them) and the producer's elected thread is thread 32 * N.
-Register budget (checked): 32 * N * inc + 128 * dec <= 65536.
+The producer waits on a slot's empty barrier for the parity opposite to its fill count's (a fresh mbarrier counts
+the phase before its first as complete, so the first S waits pass at once); each consumer warpgroup arrives once
+per slot after its wgmma.wait_group 1 shows the dot that read the slot retired. Code before the loop stays outside
+the partitions, laid out for the consumer warps (which keep thread ids 0 .. 32 N - 1, so its tiles are theirs).
+
+**Explicit** (the kernel has an mt.warp_specialize block of its own, frontend/partitions.py): the rings' protocol
+is completed from who uses them. For each ring (mt.alloc_ring {explicit}):
+- one partition fills it, by TMA (`full_arrivals = 1`: the leader's arrive.expect_tx) or by mt.ring_store (every
+  one of its threads arrives: `full_arrivals` = its threads); one partition releases it: when that partition reads
+  the slots only in place through wgmma dots, one arrival per warpgroup (after its wgmma.wait_group; attr
+  `arrive = "warpgroup"` on its mt.ring_release ops), else one per thread (`arrive = "thread"`);
+- it goes to dynamic shared memory (attr `dynamic_offset`, 1024-aligned; func attr `dynamic_shared_memory`).
+
+Both forms end with func attrs `num_warps` = the block's warps (the launcher's block size and `.maxntid`),
+`consumer_warps` = partition 0's (what code outside the partitions is laid out for) and `min_blocks_per_sm` 1
+unless set, when a partition has a register budget (`.minnctapersm 1`: without a register cap at entry ptxas
+ignores setmaxnreg, C7508). Register budget (minitriton/ir/partitions.py checks it): sum of 32 * warps *
+registers <= 65536.
 """
 from __future__ import annotations
 
+from minitriton.errors import CompilationError
 from minitriton.ir import Block, Module, Operation, Region, Value
+from minitriton.ir.partitions import (REGISTER_FILE, WARPGROUP_WARPS, Partition, block_warps, enclosing_partition,
+                                      partitions_of)
 from minitriton.ir.types import ScalarType, i1
 
 from .pipeline import _carry, _Inserter
@@ -44,15 +55,96 @@ from .registry import register_pass
 PRODUCER_WARPS = 4  # one warpgroup: setmaxnreg acts per warpgroup
 PRODUCER_REGISTERS = 40  # CUTLASS's producer count: scalars only (TMA coordinates, slot, phase)
 CONSUMER_REGISTERS = 232
-REGISTER_FILE = 65536
 
 
 @register_pass("warp-specialize")
 def warp_specialize(module: Module) -> Module:
     for func in module.functions:
-        if func.attrs.get("warp_specialize") and "consumer_warps" not in func.attrs:
+        if "consumer_warps" in func.attrs:
+            continue  # already specialized
+        explicit = next((op for op in func.regions[0].block.ops if op.name == "mt.warp_specialize"), None)
+        if explicit is not None:
+            complete_explicit(func, explicit)
+        elif func.attrs.get("warp_specialize"):
             specialize_function(func)
     return module
+
+
+# ---------------------------------------------------------------------------------------------- explicit
+
+
+def complete_explicit(func: Operation, split: Operation) -> None:
+    """The explicit form (module docstring): ring protocols, ring memory, the block's func attrs."""
+    rings = [op for op in func.regions[0].block.ops if op.name == "mt.alloc_ring" and op.attrs.get("explicit")]
+    for alloc in rings:
+        _ring_protocol(func, alloc)
+    _place_rings(func, rings)
+    _set_block_attrs(func, partitions_of(split))
+
+
+def _set_block_attrs(func: Operation, parts: list[Partition]) -> None:
+    func.attrs["consumer_warps"] = parts[0].warps
+    func.attrs["num_warps"] = block_warps(parts)
+    if any(p.registers for p in parts):
+        func.attrs.setdefault("min_blocks_per_sm", 1)
+
+
+_FILLS = ("mt.async_copy", "mt.ring_store")
+
+
+def _ring_protocol(func: Operation, alloc: Operation) -> None:
+    ring = alloc.result
+    users = [op for op in func.walk() if ring in op.operands]
+    fills = [op for op in users if op.name in _FILLS]
+    releases = [op for op in users if op.name == "mt.ring_release"]
+    reads = [op for op in users if op.name in ("mt.local_load", "mt.ring_slot")]
+    filler = _one_partition(fills, alloc, "filled")
+    reader = _one_partition(releases + reads, alloc, "read and released")
+    if filler is None or reader is None:
+        return
+    by_tma = {op.name == "mt.async_copy" for op in fills}
+    if len(by_tma) > 1:
+        raise CompilationError("a ring is filled either by TMA (ring.put(i, desc, ...)) or from registers "
+                               "(ring.put(i, tile)), not both", fills[0].loc)
+    alloc.attrs["full_arrivals"] = 1 if by_tma == {True} else filler.threads
+    in_place = all(op.name == "mt.ring_slot" for op in reads) and filler is not reader
+    per_warpgroup = in_place and reader.warps % WARPGROUP_WARPS == 0
+    alloc.attrs["empty_arrivals"] = reader.warps // WARPGROUP_WARPS if per_warpgroup else reader.threads
+    for op in releases:
+        op.attrs["arrive"] = "warpgroup" if per_warpgroup else "thread"
+
+
+def _one_partition(ops: list[Operation], alloc: Operation, what: str) -> Partition | None:
+    """The one partition holding all of `ops` (None when there are none); an error when they are in several or
+    outside the partitions."""
+    found = {}
+    for op in ops:
+        where = enclosing_partition(op)
+        if where is None:
+            raise CompilationError(f"a ring is {what} inside the partitions of mt.warp_specialize only", op.loc)
+        found[where[1].index] = where[1]
+    if len(found) > 1:
+        raise CompilationError(f"a ring is {what} by one partition only (here partitions "
+                               f"{', '.join(map(str, sorted(found)))}); use one ring per direction", alloc.loc)
+    return next(iter(found.values()), None)
+
+
+def _place_rings(func: Operation, rings: list[Operation]) -> None:
+    """Every explicit ring in dynamic shared memory, 1024-aligned (the 128B swizzle atom), after any ring the
+    pipeline pass placed there."""
+    from .pipeline import DYNAMIC_BUDGET, RING_ALIGN
+
+    offset = max(0, int(func.attrs.get("dynamic_shared_memory", RING_ALIGN)) - RING_ALIGN)
+    for alloc in rings:
+        t = alloc.result.type
+        alloc.attrs["dynamic_offset"] = offset
+        offset += -(-t.numel * t.scalar.bytes // RING_ALIGN) * RING_ALIGN  # type: ignore[union-attr]
+    if rings:
+        if offset + RING_ALIGN > DYNAMIC_BUDGET:
+            raise CompilationError(f"the kernel's rings need {offset} bytes of shared memory; an SM holds at most "
+                                   f"{DYNAMIC_BUDGET - RING_ALIGN} (use fewer stages or smaller tiles)",
+                                   rings[0].loc)
+        func.attrs["dynamic_shared_memory"] = offset + RING_ALIGN
 
 
 def consumer_registers(consumer_warps: int) -> int:
@@ -93,15 +185,13 @@ def specialize_function(func: Operation) -> bool:
     stages = int(rings[0].defining_op.attrs["stages"])  # type: ignore[union-attr]
 
     _drop_prologue_copies(top, loop, rings)
-    role_if = _split_roles(func, top, loop, consumers)
-    producer_block = role_if.regions[0].block
+    split = _split_roles(func, top, loop, consumers)
+    producer_block = split.regions[1].block
     _build_producer(producer_block, loop, rings, copies, iteration, stages)
     _rewrite_consumer_loop(loop, waits, copies, dots[0], rings, read_slot, counter, stages)
     for ring in rings:
         ring.defining_op.attrs["empty_arrivals"] = consumers // 4  # type: ignore[union-attr]
-    func.attrs["consumer_warps"] = consumers
-    func.attrs["num_warps"] = consumers + PRODUCER_WARPS
-    func.attrs.setdefault("min_blocks_per_sm", 1)
+    _set_block_attrs(func, partitions_of(split))
     return True
 
 
@@ -164,28 +254,25 @@ _PURE_SCALAR = {"mt.constant", "mt.add", "mt.sub", "mt.mul", "mt.cmp", "mt.selec
 
 
 def _split_roles(func: Operation, top: Block, loop: Operation, consumers: int) -> Operation:
-    """scf.if on mt.warp_role in front of the loop; the loop and everything after it (but the terminator) move into
-    the else (consumer) branch. Returns the scf.if."""
+    """An mt.warp_specialize in front of the loop: the loop and everything after it (but the terminator) move into
+    partition 0 (the consumers, warps 0 .. consumers - 1); partition 1 (the producer warpgroup) is empty for
+    _build_producer. Returns the op."""
     start = top.ops.index(loop)
     moved = top.ops[start:-1]
-    role_op = Operation("mt.warp_role", [], [i1], {"consumer_warps": consumers}, loc=loop.loc)
-    producer, consumer = Block(), Block()
-    role_if = Operation("scf.if", [role_op.result], [], {}, regions=[Region([producer]), Region([consumer])],
-                        loc=loop.loc)
+    consumer, producer = Block(), Block()
     for op in moved:
         top.ops.remove(op)
         op.parent = None
-    top.insert(start, role_op)
-    top.insert(start + 1, role_if)
-    _Inserter(producer, None, loop.loc).add("mt.set_max_registers", [], [], count=PRODUCER_REGISTERS,
-                                            increase=False)
-    _Inserter(consumer, None, loop.loc).add("mt.set_max_registers", [], [], count=consumer_registers(consumers),
-                                            increase=True)
     for op in moved:
         consumer.append(op)
-    for block in (producer, consumer):
+    for block in (consumer, producer):
         block.append(Operation("scf.yield", [], [], loc=loop.loc))
-    return role_if
+    split = Operation("mt.warp_specialize", [], [], {"warps": [consumers, PRODUCER_WARPS],
+                                                      "registers": [consumer_registers(consumers),
+                                                                    PRODUCER_REGISTERS]},
+                      regions=[Region([consumer]), Region([producer])], loc=loop.loc)
+    top.insert(start, split)
+    return split
 
 
 def _build_producer(block: Block, loop: Operation, rings: list[Value], copies: list[Operation], iteration: Value,

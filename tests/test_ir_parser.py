@@ -88,9 +88,9 @@ def build_all_ops_kernel() -> Module:
     b.create1("mt.local_load", [ring, pid], t64)
     b.create1("mt.ring_slot", [ring, pid], t64)  # a slot read in place (a wgmma operand, passes/pipeline.py)
     b.create("mt.dot_wait", attrs={"pending": 0})
-    b.create1("mt.warp_role", [], i1, consumer_warps=4)  # warp specialization (passes/warp_specialize.py)
-    b.create("mt.set_max_registers", attrs={"count": 40, "increase": False})
     b.create("mt.ring_release", [ring, pid, true])
+    b.create("mt.ring_store", [ring, pid, xv])
+    _build_partitions(b, pid)
     total = b.create1("mt.reduce", [flat], f32, axis=0, kind="sum")
     b.create1("mt.scan", [xv], t64, axis=0, kind="max")
     b.create("mt.store", [ys, sel, mask])
@@ -100,6 +100,20 @@ def build_all_ops_kernel() -> Module:
     _build_control_flow(b, pid, n, total, xv, true, consts[3])
     b.create("mt.return")
     return Module([func])
+
+
+def _build_partitions(b: Builder, pid) -> None:  # type: ignore[no-untyped-def]
+    """mt.warp_specialize with two partitions (warp specialization: frontend/partitions.py)."""
+    from minitriton.ir import Block, Region
+
+    regions = []
+    for _ in range(2):
+        block = Block()
+        inner = Builder(block, b.loc)
+        inner.create1("mt.add", [pid, pid], i32)
+        inner.create("scf.yield")
+        regions.append(Region([block]))
+    b.create("mt.warp_specialize", attrs={"warps": [4, 4], "registers": [232, 40]}, regions=regions)
 
 
 def _build_control_flow(b: Builder, pid, n, total, xv, true, scale) -> None:  # type: ignore[no-untyped-def]

@@ -57,24 +57,21 @@ def test_pass_is_registered_after_pipeline_and_off_by_default() -> None:
 
 @pytest.mark.parametrize("stages", [3, 4])
 def test_pass_splits_producer_and_consumers(stages: int) -> None:
-    """A role split on mt.warp_role; the producer (then-branch) lowers its registers, waits for empty slots and
-    issues every fill (always valid: its loop runs exactly the iterations); the consumers raise theirs, wait for
-    full slots without a block barrier, retire the previous dot and release its slot; nothing is filled before
-    the split; the func attrs count the producer warpgroup."""
+    """A split into two partitions (mt.warp_specialize): the consumers (partition 0, the kernel's 8 warps, 232
+    registers) wait for full slots without a block barrier, retire the previous dot and release its slot; the
+    producer warpgroup (partition 1, 40 registers) waits for empty slots and issues every fill (always valid: its
+    loop runs exactly the iterations); nothing is filled before the split; the func attrs count the producer."""
     module = make_ws((128, 128, 64), 8, stages)
     func = module.functions[0]
     text = print_module(module)
     assert func.attrs["num_warps"] == 12 and func.attrs["consumer_warps"] == 8
     assert func.attrs["min_blocks_per_sm"] == 1
-    assert text.count('"mt.warp_role"() {consumer_warps = 8}') == 1
+    assert text.count(f'{{warps = [8, 4], registers = [232, {PRODUCER_REGISTERS}]}}') == 1
     top = func.regions[0].block
-    split = next(op for op in top.ops if op.name == "scf.if")
-    assert split.operands[0].defining_op.name == "mt.warp_role"
+    split = next(op for op in top.ops if op.name == "mt.warp_specialize")
     assert not [op for op in top.ops[:top.ops.index(split)] if op.name == "mt.async_copy"]
     assert [op.name for op in top.ops[top.ops.index(split) + 1:]] == ["mt.return"]
-    producer, consumer = (r.block for r in split.regions)
-    assert producer.ops[0].attrs == {"count": PRODUCER_REGISTERS, "increase": False}
-    assert consumer.ops[0].attrs == {"count": 232, "increase": True}
+    consumer, producer = (r.block for r in split.regions)
     rings = [op for op in top.ops if op.name == "mt.alloc_ring"]
     assert len(rings) == 2 and all(r.attrs["empty_arrivals"] == 2 and r.attrs["tma_barriers"] for r in rings)
 
@@ -200,16 +197,17 @@ def test_simulated_warp_specialized_matmul_with_paired_a_boxes(block: tuple[int,
 
 
 def _in_producer(mutate: Callable[[str], str]) -> Callable[[str], str]:
+    """The mutation applied to the producer's code only: partition 1, after the consumers' (partition 0)."""
     def apply(ptx: str) -> str:
-        start, end = ptx.index("setmaxnreg.dec"), ptx.index("setmaxnreg.inc")
-        return ptx[:start] + mutate(ptx[start:end]) + ptx[end:]
+        start = ptx.index("setmaxnreg.dec")
+        return ptx[:start] + mutate(ptx[start:])
 
     return apply
 
 
 def _in_consumers(ptx: str, mutate: Callable[[str], str]) -> str:
-    start = ptx.index("setmaxnreg.inc")
-    return ptx[:start] + mutate(ptx[start:])
+    start, end = ptx.index("setmaxnreg.inc"), ptx.index("setmaxnreg.dec")
+    return ptx[:start] + mutate(ptx[start:end]) + ptx[end:]
 
 
 BROKEN: list[tuple[str, Callable[[str], str], str]] = [

@@ -22,6 +22,15 @@ config and the best):
                   Last: a protocol bug would hang rather than fail (measured 2026-11-29: 83.0% of cuBLAS).
   tma-ws-paired   the same with A in rank-4 boxes of two permuted row groups each (tma_ring_descriptors paired_a:
                   8 instead of 16 A boxes a stage at 128 rows); M a multiple of 64, else the rank-2 boxes
+                  (measured 2026-12-01: 98.1% / 94.3% of cuBLAS at 8192^3 / 4096^3)
+  triton          the peer: Triton 3.6's tutorial matmul, autotuned (benchmarks/triton_peers.py matmul; its autotuner
+                  runs on the first call, before timing)
+  triton-tma      the peer: Triton's TMA persistent matmul (tutorial 09 form: host tensor descriptors, one program
+                  per SM, grouped tile order), each of TMA_GEMM_CONFIGS (with / without Triton's warp_specialize)
+  persistent      matmul.py's matmul_persistent (matmul_persistent_kernel, warp-specialized by hand with
+                  mt.warp_specialize and mt.ring): one program per resident slot loops over the C tiles; the
+                  producer warpgroup fills the next tile's stages while the consumers store the current one;
+                  paired A boxes; the 128-row configs and the warp-specialized extras
 
 Every result is checked against torch on the same inputs before it is timed (relative Frobenius error of the bf16
 output against the float64 product <= 1e-2); a failing or crashing config is reported, not timed. Times are
@@ -146,6 +155,51 @@ def _tma_unpipelined_configs() -> dict[str, Launch]:
     return {f"{bm}x{bn}x{bk} w{warps}": launch}
 
 
+def _persistent_configs() -> dict[str, Launch]:
+    import minitriton as mt
+    from minitriton.kernels.examples import matmul as mm
+
+    out: dict[str, Launch] = {}
+    configs = [c for c in mm.MATMUL_CONFIGS if c.kwargs["BLOCK_M"] >= 128] + [
+        mt.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}, num_warps=8, num_stages=stages)
+        for (bm, bn, bk, group), stages in WS_EXTRA_CONFIGS]
+    for config in configs:
+        meta = dict(config.kwargs)
+        name = f"{meta['BLOCK_M']}x{meta['BLOCK_N']}x{meta['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
+        if meta.get("GROUP_M", 8) != 8:
+            name += f" G{meta['GROUP_M']}"
+        out[name] = lambda a, b, config=config: mm.matmul_persistent(a, b, config)
+    return out
+
+
+def _triton_configs() -> dict[str, Launch]:
+    def launch(a: Any, b: Any) -> Any:
+        from benchmarks import triton_peers  # triton only where the GPU is
+
+        return triton_peers.matmul(a, b)
+
+    return {"autotuned": launch}
+
+
+# Triton's TMA persistent matmul configs: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps, Triton's warp_specialize).
+TRITON_TMA_CONFIGS = [(128, 256, 64, 3, 8, False), (128, 256, 64, 4, 8, False), (128, 128, 64, 4, 8, False),
+                      (128, 256, 64, 3, 8, True), (128, 128, 64, 4, 4, True)]
+
+
+def _triton_tma_configs() -> dict[str, Launch]:
+    def launch(a: Any, b: Any, config: tuple) -> Any:
+        from benchmarks import triton_peers
+
+        return triton_peers.matmul_tma_persistent(a, b, config)
+
+    out: dict[str, Launch] = {}
+    for config in TRITON_TMA_CONFIGS:
+        bm, bn, bk, stages, warps, ws = config
+        out[f"{bm}x{bn}x{bk} w{warps} s{stages}{' ws' if ws else ''}"] = (
+            lambda a, b, config=config: launch(a, b, config))
+    return out
+
+
 VARIANTS = [
     Variant("cp.async-ring", "matmul.py, cp.async ring + in-place wgmma (today's default)", _ring_configs),
     Variant("tma-unpipelined", "matmul_tma.py, one TMA box per operand per K step, no ring", _tma_unpipelined_configs),
@@ -153,8 +207,12 @@ VARIANTS = [
             _tma_ring_configs),
     Variant("tma-ws", "matmul.py matmul_tma_ws: the TMA ring warp-specialized (producer warpgroup + consumers)",
             _tma_ws_configs),
-    Variant("tma-ws-paired", "matmul_tma_ws(paired_a=True): A in rank-4 boxes of two row groups (not yet timed)",
+    Variant("tma-ws-paired", "matmul_tma_ws(paired_a=True): A in rank-4 boxes of two row groups",
             lambda: _tma_ws_configs(paired_a=True)),
+    Variant("persistent", "matmul.py matmul_persistent: explicit mt.warp_specialize, persistent over C tiles",
+            _persistent_configs),
+    Variant("triton", "the peer: Triton 3.6's autotuned matmul (benchmarks/triton_peers.py)", _triton_configs),
+    Variant("triton-tma", "the peer: Triton's TMA persistent matmul, per config", _triton_tma_configs),
 ]
 
 

@@ -1,8 +1,10 @@
 """One GEMM launch per config of the example matmul at an odd size, checked against torch: what
 tools/sanitize.sh runs under compute-sanitizer (small, so memcheck and racecheck finish in seconds). Every config
-runs three ways: the cp.async ring (matmul_kernel), the TMA ring and the warp-specialized TMA ring.
+runs through the cp.async ring (matmul_kernel); the 128-row ones also through the TMA ring, the warp-specialized TMA
+ring (rank-2 A boxes, and paired rank-4 ones where M is a multiple of 64) and the persistent kernel
+(matmul_persistent: explicit partitions, 2 programs so each loops over several tiles).
 
-    python tools/gemm_case.py [M N K]        (default 200 264 136)
+    python tools/gemm_case.py [M N K]        (default 200 264 136; 192 264 136 exercises the paired A boxes)
 """
 from __future__ import annotations
 
@@ -34,7 +36,9 @@ def main() -> None:
         results = {"cp.async ring": c}
         if meta["BLOCK_M"] >= 128:  # the TMA rings take the Hopper configs
             results["TMA ring"] = mm.matmul_tma_ring(a, b, config)
-            results["warp-specialized"] = mm.matmul_tma_ws(a, b, config)
+            results["warp-specialized"] = mm.matmul_tma_ws(a, b, config, paired_a=False)
+            results["warp-specialized, paired A"] = mm.matmul_tma_ws(a, b, config)
+            results["persistent"] = mm.matmul_persistent(a, b, config, programs=2)
         torch.cuda.synchronize()
         for name, out in results.items():
             err = ((out.double().cpu() - want).norm() / want.norm()).item()

@@ -20,6 +20,8 @@ run() {  # tool, name, command...
 pytest_case() { echo python3 -m pytest -q -x -p no:cacheprovider -m gpu "$@"; }
 run memcheck gemm python3 tools/gemm_case.py
 run racecheck gemm python3 tools/gemm_case.py
+run memcheck gemm_m192 python3 tools/gemm_case.py 192 264 136
+run racecheck gemm_m192 python3 tools/gemm_case.py 192 264 136
 run memcheck kda_decode $(pytest_case tests/test_kda_decode.py -k cuda_graph)
 run memcheck warp_decode $(pytest_case tests/test_warp_decode.py -k cuda_graph)
 run memcheck flash_kda $(pytest_case "tests/test_flash_kda.py::test_gpu_matches_reference[False-4-1000]")

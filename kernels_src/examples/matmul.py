@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 import minitriton as mt
+from minitriton.runtime.jit import interpreting
 
 
 @mt.func
@@ -29,21 +30,25 @@ def store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS
 
 
 @mt.func
+def grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M):
+    """(row, column) of C tile number `tile` in grouped order: GROUP_M rows of C tiles are swept column by column,
+    so consecutive tiles share the A rows and B columns they read (L2 reuse) instead of streaming all of B per row
+    of tiles."""
+    num_pid_m = mt.cdiv(M, BLOCK_M)
+    num_pid_n = mt.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_pid_n
+    first_m = (tile // in_group) * GROUP_M
+    group_rows = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % in_group) % group_rows, (tile % in_group) // group_rows
+
+
+@mt.func
 def matmul_tile(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
                 stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, HAS_BIAS, ACTIVATION, GROUP_M):
     """C tile of this program = act(A @ B + bias): the whole GEMM program, shared by the GEMM kernels (which differ
     only in how the compiler feeds the main loop)."""
-    if GROUP_M > 0:
-        # A 1-D grid in grouped order: GROUP_M rows of C tiles are swept column by column, so consecutive programs
-        # share the A rows and B columns they read (L2 reuse) instead of streaming all of B per row of tiles.
-        pid = mt.program_id(0)
-        num_pid_m = mt.cdiv(M, BLOCK_M)
-        num_pid_n = mt.cdiv(N, BLOCK_N)
-        in_group = GROUP_M * num_pid_n
-        first_m = (pid // in_group) * GROUP_M
-        group_rows = min(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + (pid % in_group) % group_rows
-        pid_n = (pid % in_group) // group_rows
+    if GROUP_M > 0:  # a 1-D grid in grouped order
+        pid_m, pid_n = grouped_tile(mt.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     else:  # a 2-D grid (M tiles, N tiles)
         pid_m = mt.program_id(0)
         pid_n = mt.program_id(1)
@@ -110,14 +115,16 @@ def tma_ring_descriptors(a: torch.Tensor, b: torch.Tensor, block_k: int, paired_
 
 # The same kernel warp-specialized (passes/warp_specialize.py, docs/kernels/gemm.md v3): a producer warpgroup issues
 # the TMA copies (setmaxnreg 40), the num_warps consumer warps run the wgmmas and the epilogue (setmaxnreg 232);
-# full / empty mbarriers per slot instead of the loop's block barrier. Launched with num_warps + 4 warps. Off the
-# default path: verified on the CPU (ptxas, the multi-PC PTX simulator tests/ptx_sim_ws.py), not yet on a GPU.
+# full / empty mbarriers per slot instead of the loop's block barrier. Launched with num_warps + 4 warps. With A in
+# paired boxes (the default where M is a multiple of 64) it measured 98.1% / 94.3% of cuBLAS at 8192^3 / 4096^3
+# (H200, 2026-12-01, BENCHMARKS.md).
 matmul_tma_ws_kernel = mt.kernel(warp_specialize=True)(matmul_tma_ring_kernel.fn)
 
 
 def matmul_tma_ws(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None,
-                  paired_a: bool = False) -> torch.Tensor:
-    """matmul_tma_ring with the warp-specialized kernel (matmul_tma_ws_kernel)."""
+                  paired_a: bool = True) -> torch.Tensor:
+    """matmul_tma_ring with the warp-specialized kernel (matmul_tma_ws_kernel); A in paired rank-4 boxes where M
+    is a multiple of 64 unless paired_a=False."""
     return matmul_tma_ring(a, b, config, kernel=matmul_tma_ws_kernel, paired_a=paired_a)
 
 
@@ -126,7 +133,7 @@ def matmul_tma_ring(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None =
     """a @ b (bf16, fp32 accumulation) with matmul_tma_ring_kernel (or `kernel`, the same function compiled with
     other options) at `config` (default the first of MATMUL_CONFIGS). a and b need unit inner strides and 16-byte
     aligned rows (TMA). paired_a: A in rank-4 boxes of two row groups where M is a multiple of 64
-    (`tma_ring_descriptors`; not yet timed on a GPU), else the [8, BLOCK_K] boxes."""
+    (`tma_ring_descriptors`: half the A boxes a stage), else the [8, BLOCK_K] boxes."""
     M, N, K = problem_size(a, b)
     config = config or MATMUL_CONFIGS[0]
     meta = dict(config.kwargs)
@@ -136,6 +143,72 @@ def matmul_tma_ring(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None =
     (kernel or matmul_tma_ring_kernel)[_matmul_grid({"M": M, "N": N, **meta})](
         a, b, c, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         a_tma, b_tma, **meta, **options)
+    return c
+
+
+# The persistent GEMM, warp-specialized by hand (mt.warp_specialize; docs/warp_specialization.md): one program per
+# SM loops over C tiles in grouped order; a producer warpgroup streams every tile's A and B boxes into two rings by
+# TMA while the consumer warps run the wgmmas on the ring slots in place and store each tile. The producer runs
+# ahead into the next tile's stages while the consumers store the current one, and no CTA starts from an empty
+# ring but the first. `fill` counts ring fills across tiles: fill i goes to slot i % STAGES.
+PRODUCER_REGISTERS = 40  # the TMA producer holds scalars only
+CONSUMER_REGISTERS = 232  # 2 x m64n256 accumulators and the epilogue: 232 x 256 + 40 x 128 <= 65536
+
+
+@mt.kernel
+def matmul_persistent_kernel(a_tma, b_tma, c_ptr, bias_ptr, M, N, K, stride_cm, stride_cn,
+                             BLOCK_M: mt.constexpr, BLOCK_N: mt.constexpr, BLOCK_K: mt.constexpr,
+                             STAGES: mt.constexpr, GROUP_M: mt.constexpr = 8, HAS_BIAS: mt.constexpr = False,
+                             ACTIVATION: mt.constexpr = "none"):
+    """C = act(A @ B + bias) from TMA descriptors of A and B in the rings' boxes (`tma_ring_descriptors`),
+    persistent over the C tiles (launch at most one program per resident slot: `matmul_persistent`)."""
+    a_ring = mt.ring((BLOCK_M, BLOCK_K), a_tma.dtype, STAGES)
+    b_ring = mt.ring((BLOCK_K, BLOCK_N), b_tma.dtype, STAGES)
+    num_tiles = mt.cdiv(M, BLOCK_M) * mt.cdiv(N, BLOCK_N)
+    k_steps = mt.cdiv(K, BLOCK_K)
+    with mt.warp_specialize():
+        with mt.partition(registers=CONSUMER_REGISTERS):  # the kernel's num_warps: wgmma and the epilogue
+            fill = 0
+            for tile in range(mt.program_id(0), num_tiles, mt.num_programs(0)):
+                pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+                acc = mt.zeros((BLOCK_M, BLOCK_N), mt.float32)
+                for _ in range(0, k_steps):
+                    acc = mt.dot(a_ring.get(fill), b_ring.get(fill), acc)
+                    a_ring.release(fill)
+                    b_ring.release(fill)
+                    fill += 1
+                rm = pid_m * BLOCK_M + mt.arange(0, BLOCK_M)
+                rn = pid_n * BLOCK_N + mt.arange(0, BLOCK_N)
+                store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION)
+        with mt.partition(warps=4, registers=PRODUCER_REGISTERS):  # one warpgroup: the TMA producer
+            fill = 0
+            for tile in range(mt.program_id(0), num_tiles, mt.num_programs(0)):
+                pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+                for kk in range(0, k_steps):
+                    a_ring.put(fill, a_tma, [pid_m * BLOCK_M, kk * BLOCK_K])
+                    b_ring.put(fill, b_tma, [kk * BLOCK_K, pid_n * BLOCK_N])
+                    fill += 1
+
+
+def matmul_persistent(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None,
+                      paired_a: bool = True, bias: torch.Tensor | None = None, activation: str = "none",
+                      programs: int | None = None) -> torch.Tensor:
+    """act(a @ b + bias) with matmul_persistent_kernel at `config` (default the 128x256x64 3-stage one): as many
+    programs as the GPU holds at once (or `programs`), none more than there are tiles. a and b need unit inner
+    strides and 16-byte aligned rows (TMA). paired_a: A in rank-4 boxes where M is a multiple of 64."""
+    M, N, K = problem_size(a, b)
+    config = config or PERSISTENT_CONFIG
+    meta = {k: v for k, v in config.kwargs.items() if k != "GROUP_M"}
+    meta["GROUP_M"] = config.kwargs.get("GROUP_M", 8)
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    a_tma, b_tma = tma_ring_descriptors(a, b, meta["BLOCK_K"], paired_a and M % 64 == 0)
+    args = (a_tma, b_tma, c, bias if bias is not None else c, M, N, K, c.stride(0), c.stride(1))
+    options = dict(meta, STAGES=config.num_stages, num_warps=config.num_warps, HAS_BIAS=bias is not None,
+                   ACTIVATION=activation)
+    tiles = mt.cdiv(M, meta["BLOCK_M"]) * mt.cdiv(N, meta["BLOCK_N"])
+    if programs is None:
+        programs = tiles if interpreting() else matmul_persistent_kernel.resident_programs(*args, **options)
+    matmul_persistent_kernel[(max(1, min(programs, tiles)),)](*args, **options)
     return c
 
 
@@ -151,6 +224,11 @@ matmul_tma_ring_kernel.specialize(signature=_TMA_RING_SIG, num_warps=8, num_stag
                                   BLOCK_K=64, GROUP_M=8)
 matmul_tma_ws_kernel.specialize(signature=_TMA_RING_SIG, num_warps=8, num_stages=4, BLOCK_M=128, BLOCK_N=128,
                                 BLOCK_K=64, GROUP_M=8)
+# The persistent kernel at its default config, A in paired rank-4 boxes (M a multiple of 64, as at 8192^3).
+matmul_persistent_kernel.specialize(
+    signature="a_tma:tensordesc<bf16[2,1,8,64]>,b_tma:tensordesc<bf16[64,64]>,c_ptr:*bf16:16,bias_ptr:*bf16:16,"
+              "M:i32:16,N:i32:16,K:i32:16,stride_cm:i32:16,stride_cn:i32=1",
+    num_warps=8, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3)
 
 
 def problem_size(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
@@ -193,6 +271,9 @@ MATMUL_CONFIGS = [
     # took 71.8 us
     mt.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=4, num_stages=8),
 ]
+# The persistent kernel's default: 2 consumer warpgroups of m64n256, 3 stages of 48 KB.
+PERSISTENT_CONFIG = mt.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8,
+                              num_stages=3)
 # Interpreted, the smallest tiles run fastest in numpy: interpret_config picks them.
 matmul_kernel_autotuned = mt.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"], interpret_config=4)(matmul_kernel)
 

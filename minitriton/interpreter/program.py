@@ -14,7 +14,7 @@ are the defined behaviour.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -23,7 +23,7 @@ import torch
 from ..errors import InterpreterError
 from ..ir.core import Block, Operation, Value
 from ..ir.types import PointerType, ScalarType, TensorDescType, Type
-from . import async_ops, elementwise, memops, tiles, tma_ops
+from . import async_ops, elementwise, memops, partitions, tiles, tma_ops
 from .memory import Memory
 from .values import dtype_of, scalar_value
 
@@ -42,6 +42,8 @@ class Context:
     pid: tuple[int, int, int]
     grid: tuple[int, int, int]
     memory: Memory
+    rings: dict[int, "partitions.RingBarriers"] = field(default_factory=dict)  # ring slot -> its barriers
+    scheduler: "partitions.Scheduler | None" = None  # set while the partitions of mt.warp_specialize run
 
 
 class CompiledBlock:
@@ -197,9 +199,11 @@ def _memop(build: Callable[..., Step]) -> Callable[[Operation, Compiler], Step]:
 
 STEPS: dict[str, Callable[[Operation, Compiler], Step]] = {
     "scf.for": _for, "scf.if": _if, "scf.while": _while,
+    "mt.warp_specialize": lambda op, c: partitions.build_warp_specialize(op, c.block),
     **{name: _memop(build) for name, build in memops.STEP_BUILDERS.items()},
     **{name: _memop(build) for name, build in tma_ops.STEP_BUILDERS.items()},
     **{name: _memop(build) for name, build in async_ops.STEP_BUILDERS.items()},
+    **{name: _memop(build) for name, build in partitions.STEP_BUILDERS.items()},  # rings with barriers
 }
 
 

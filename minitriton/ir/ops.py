@@ -35,7 +35,7 @@ class OpSpec:
     check: Callable[[Operation], None]
     pure: bool = True  # no side effects: CSE may merge it and DCE may drop it when unused
     terminator: bool = False
-    regions: int = 0
+    regions: int = 0  # how many regions the op has; -1: one or more
     traits: frozenset[str] = field(default_factory=frozenset)
 
 
@@ -399,27 +399,37 @@ def _dot_wait(o: Operation) -> None:
 # ---------------------------------------------------------------------- warp specialization
 
 
-@op("mt.warp_role", "i1: true on the threads of the producer warpgroup a warp-specialized kernel adds (warps "
-    "consumer_warps .. consumer_warps + 3), false on the consumer warps 0 .. consumer_warps - 1 "
-    "(passes/warp_specialize.py). Not interpretable: the interpreter runs a program as one thread of control.",
-    pure=False)
-def _warp_role(o: Operation) -> None:
-    counts(o, 0, 1)
-    warps = attr(o, "consumer_warps", int)
-    if warps < 4 or warps % 4:  # type: ignore[operator]
-        fail(o, f"consumer_warps must be a positive multiple of 4 (whole warpgroups), got {warps}")
-    if o.result.type != i1:
-        fail(o, "result must be i1")
+@op("mt.warp_specialize", "Runs its regions at once, each on warps of its own (partitions; minitriton/ir/partitions.py "
+    "places them): attrs `warps` (per partition, powers of two; partition 0 is the default partition, the "
+    "kernel's num_warps) and `registers` (per partition: the setmaxnreg count, 0 for none). Each region ends in "
+    "scf.yield and sees the values defined before the op; tiles do not cross into a partition (scalars, "
+    "pointers, descriptors and rings do). Partitions talk through rings (mt.alloc_ring): full and empty "
+    "mbarriers per slot. Nothing follows the op but the kernel's return.", pure=False, regions=-1)
+def _warp_specialize(o: Operation) -> None:
+    from .partitions import place
 
-
-@op("mt.set_max_registers", "setmaxnreg: the executing warpgroup's per-thread register count becomes `count` "
-    "(a multiple of 8 in 24 .. 256); attr `increase` (bool) says whether it grows or shrinks.", pure=False)
-def _set_max_registers(o: Operation) -> None:
     counts(o, 0, 0)
-    count = attr(o, "count", int)
-    attr(o, "increase", bool)
-    if count % 8 or not 24 <= count <= 256:  # type: ignore[operator]
-        fail(o, f"count must be a multiple of 8 in 24..256, got {count}")
+    warps, registers = attr(o, "warps", (list, tuple)), attr(o, "registers", (list, tuple))
+    if len(o.regions) != len(warps):  # type: ignore[arg-type]
+        fail(o, f"has {len(o.regions)} regions for {len(warps)} partitions")  # type: ignore[arg-type]
+    try:
+        place(list(warps), list(registers))  # type: ignore[arg-type]
+    except ValueError as e:
+        fail(o, str(e))
+    for region in o.regions:
+        _yields(o, region.block, [])
+
+
+@op("mt.ring_store", "Writes a tile into slot `slot` of a ring (operands (ring, slot, tile)), then announces the "
+    "fill on the slot's full barrier (each storing thread arrives: the ring's `full_arrivals` counts them). "
+    "The writer waited for the slot to be empty first (mt.async_wait {empty}).", pure=False)
+def _ring_store(o: Operation) -> None:
+    counts(o, 3, 0)
+    ring = _ring_of(o)
+    _slot_operand(o, 1)
+    t = o.operands[2].type
+    if not isinstance(t, TensorType) or tuple(t.shape) != tuple(ring.shape[1:]) or t.scalar != ring.scalar:
+        fail(o, f"stores one slot, tensor<{'x'.join(map(str, ring.shape[1:]))}x{ring.scalar}>, got {t}")
 
 
 @op("mt.ring_release", "Consumers release slot `slot` of a TMA ring (operands (ring, slot, valid)): one arrival "

@@ -19,8 +19,10 @@ def _verify_op(o: Operation, visible: set[int]) -> None:
     for v in o.operands:
         if id(v) not in visible:
             fail(o, f"operand {v!r} is not defined before this use")
-    if spec.regions and len(o.regions) != spec.regions:  # type: ignore[union-attr]
+    if spec.regions > 0 and len(o.regions) != spec.regions:  # type: ignore[union-attr]
         fail(o, f"expects {spec.regions} regions, got {len(o.regions)}")  # type: ignore[union-attr]
+    if spec.regions < 0 and not o.regions:  # type: ignore[union-attr]
+        fail(o, "expects at least one region")
     for region in o.regions:
         if len(region.blocks) != 1:
             fail(o, "each region must have exactly one block")
