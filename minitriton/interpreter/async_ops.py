@@ -1,7 +1,8 @@
 """Software-pipelining ops in the interpreter (passes/pipeline.py): a ring buffer is a numpy array whose leading dim
 is the stage; copies happen when issued, so commits and waits do nothing.
 
-    mt.alloc_ring    a fresh zero-filled array of the result's shape
+    mt.alloc_ring    a fresh zero-filled array of the result's shape (interpreter/partitions.py: with the slots'
+                     barriers)
     mt.async_copy    ring[slot] = the pointees (read through Memory, bounds-checked like mt.load); masked-off lanes 0
     mt.local_load    a copy of ring[slot]
     mt.ring_slot     a copy of ring[slot] too (on the GPU a view the dot reads in place; the pass rewrites a slot
@@ -19,19 +20,10 @@ import numpy as np
 from ..errors import InterpreterError
 from ..ir.core import Operation
 from ..ir.types import PointerType
-from .values import dtype_of, from_raw
+from .values import from_raw
 
 Step = Callable[[list, Any], None]
 SlotOf = Callable[[Any], int]
-
-
-def build_alloc_ring(op: Operation, use: SlotOf, define: SlotOf) -> Step:
-    t, out = op.result.type, define(op.result)
-
-    def alloc_ring(env: list, ctx: Any) -> None:
-        env[out] = np.zeros(t.shape, dtype=dtype_of(t))
-
-    return alloc_ring
 
 
 def _slot(env: list, ring: int, slot: int, op: Operation) -> int:
@@ -70,7 +62,7 @@ def build_nothing(op: Operation, use: SlotOf, define: SlotOf) -> Step:
 
 
 STEP_BUILDERS: dict[str, Callable[[Operation, SlotOf, SlotOf], Step]] = {
-    "mt.alloc_ring": build_alloc_ring, "mt.async_copy": build_async_copy, "mt.local_load": build_local_load,
+    "mt.async_copy": build_async_copy, "mt.local_load": build_local_load,
     "mt.ring_slot": build_local_load, "mt.async_commit": build_nothing, "mt.async_wait": build_nothing,
     "mt.dot_wait": build_nothing,
 }

@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import InterpreterError
 from ..ir.core import Operation
 from ..ir.types import TensorDescType
+from .async_ops import _slot
 from .tma_ops import Descriptor, box, check_coordinates
 from .values import dtype_of, from_raw
 
@@ -106,13 +107,6 @@ def build_alloc_ring(op: Operation, use: SlotOf, define: SlotOf) -> Step:
             ctx.rings[out] = RingBarriers.fresh(stages)
 
     return alloc_ring
-
-
-def _slot(env: list, ring: int, slot: int, op: Operation) -> int:
-    s = int(env[slot])
-    if not 0 <= s < env[ring].shape[0]:
-        raise InterpreterError(f"ring slot {s} out of range [0, {env[ring].shape[0]})", op.loc)
-    return s
 
 
 def _filled(ctx: Any, ring: int, s: int, op: Operation) -> None:
