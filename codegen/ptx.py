@@ -326,6 +326,8 @@ def lower_addptr(ctx: KernelContext, op: Operation) -> None:
 
 
 def lower_return(ctx: KernelContext, op: Operation) -> None:
+    if getattr(ctx, "tma_stores_pending", False):  # TMA stores left to complete in the background (codegen/tma.py)
+        ctx.emit("cp.async.bulk.wait_group 0;")
     ctx.emit("ret;")
 
 

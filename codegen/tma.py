@@ -16,8 +16,11 @@ mt.descriptor_load (one box, then into the result's registers):
 
 mt.descriptor_store: bar.sync; owners write their elements (swizzled); `fence.proxy.async.shared::cta` (generic
 writes visible to the async proxy); bar.sync; the leader issues `cp.async.bulk.tensor.2d.global.shared::cta
-.bulk_group`, `cp.async.bulk.commit_group`, `cp.async.bulk.wait_group 0` (the buffer is free again once the
-leader passes the next bar.sync, which every later user of shared memory issues first).
+.bulk_group`, `cp.async.bulk.commit_group`, `cp.async.bulk.wait_group.read 0` (the buffer is free again once the
+leader passes the next bar.sync, which every later user of shared memory issues first; the writes to the tensor
+complete in the background, and the kernel's `ret` waits for them: `cp.async.bulk.wait_group 0`). A tile of
+several whole boxes goes out in rounds of up to 32 KB of boxes, each box 1024-aligned in the buffer, straight from
+the registers of the tile's layout (e.g. a wgmma accumulator), with one TMA store per box.
 
 The leader is thread 0. The box lives at offset 0 of the kernel's shared buffer (`smem`, aligned to 1024 bytes for
 128B-swizzled boxes, 128 otherwise), reused by every lowering behind bar.sync. Loads share one mbarrier
@@ -31,7 +34,7 @@ offset o in the box (1024-byte aligned): `swizzle(o) = o ^ ((o >> 3) & 0x70)`. A
 stays contiguous, so threads read and write 16-byte vectors.
 
 The pieces (tensor_map_address, mbarrier_init, arrive_expect_tx, tma_load, wait_phase, tma_store, swizzle,
-read_box, write_box) take registers and addresses, so the pipelining passes can place buffers and barriers of
+read_box) take registers and addresses, so the pipelining passes can place buffers and barriers of
 their own.
 
 `wgmma_ring_boxes` is the layout contract a TMA-fed ring needs (docs/kernels/gemm.md, v2): the TMA boxes (with the
@@ -43,12 +46,14 @@ descriptors with these boxes (kernels_src/examples/matmul.py matmul_tma_ring_ker
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from minitriton.ir import Operation
-from minitriton.ir.layouts import ThreadMap, row_major_strides, vector_groups
+from minitriton.ir.layouts import ThreadMap, log2, row_major_strides, vector_groups
 from minitriton.ir.types import LayoutAttr, ScalarType, TensorDescType
 
 from .context import KernelContext
-from .memory import load_run, store_run
+from .memory import load_run, pack_word, store_run
 from .wgmma import a_tile_row, tile_offset
 
 TENSOR_MAP_BYTES = 128
@@ -85,16 +90,20 @@ def swizzle(offset: int, swizzle_bytes: int) -> int:
 
 
 def _box_addresses(ctx: KernelContext, tmap: ThreadMap, groups: list[list[int]], shape: tuple[int, ...],
-                   elem: int, swizzle_bytes: int, base: str) -> list[str]:
-    """For each register group, the address (`%r+imm` text) of its first element in the box at shared `base`.
+                   elem: int, swizzle_bytes: int, base: str, offsets: list[tuple] | None = None,
+                   in_box: tuple[int, ...] | None = None) -> list[str]:
+    """For each register group, the address (`%r+imm` text) of its first element in the box at shared `base`
+    (`offsets`: each group's element offset in the box, when it is not the register's offset in the tile;
+    `in_box`: the thread's coordinates taken modulo these box dims, for a tile of several boxes).
 
     The swizzle reads bits 7-9 of the offset and changes bits 4-6, so adding a multiple of 1024 commutes with it:
     each group's address is a per-thread prologue register for its offset modulo 1024, plus an immediate."""
     strides = row_major_strides(shape)
-    lin = ctx.linear_base(tmap, strides)
+    lin = ctx.linear_base(tmap, strides) if in_box is None else _local_linear_base(ctx, tmap, strides, in_box)
     out = []
-    for g in groups:
-        const = elem * sum(o * s for o, s in zip(tmap.reg_offsets[g[0]], strides))
+    for i, g in enumerate(groups):
+        off = tmap.reg_offsets[g[0]] if offsets is None else offsets[i]
+        const = elem * sum(o * s for o, s in zip(off, strides))
         if swizzle_bytes == 0:
             addr = ctx.in_prologue(("tma_addr", base, lin, elem), "b32", f"mad.lo.u32 {{d}}, {lin}, {elem}, {base};")
             out.append(f"{addr}+{const}")
@@ -109,13 +118,26 @@ def _box_addresses(ctx: KernelContext, tmap: ThreadMap, groups: list[list[int]],
     return out
 
 
+def _local_linear_base(ctx: KernelContext, tmap: ThreadMap, strides: Sequence[int], box: tuple[int, ...]) -> str:
+    """sum_d (thread base_d mod box_d) * strides[d] (a prologue register)."""
+    acc = ctx.const("0", "b32")
+    for dm, stride, n in zip(tmap.dims, strides, box):
+        if stride == 0 or dm.size == 1 or dm.tpw * dm.wpc == 1:
+            continue
+        base = ctx.dim_base(dm)
+        if dm.size > n:
+            base = ctx.in_prologue(("box_local", base, n), "b32", f"and.b32 {{d}}, {base}, {n - 1};")
+        acc = ctx.in_prologue(("box_lin", acc, base, stride), "b32", f"mad.lo.u32 {{d}}, {base}, {stride}, {acc};")
+    return acc
+
+
 def _vector_groups(tmap: ThreadMap, enc: LayoutAttr | None, elem: int) -> list[list[int]]:
     """Registers in runs of consecutive elements along the innermost dim, at most 16 bytes and at least one 32-bit
     word (or single elements), each aligned to its size (so a run never straddles a 16-byte swizzle chunk)."""
     rank = len(tmap.dims)
     width = 1
-    if enc is not None and enc.kind == "blocked" and enc.get("order")[0] == rank - 1:
-        width = min(tmap.dims[-1].run, MAX_VECTOR_BYTES // elem)
+    if enc is not None and (enc.kind != "blocked" or enc.get("order")[0] == rank - 1):  # e.g. an mma accumulator's
+        width = min(tmap.dims[-1].run, MAX_VECTOR_BYTES // elem)                         # column pairs
     while width > 1 and width * elem >= 4:
         try:
             return vector_groups(tmap, rank - 1, width)
@@ -134,16 +156,6 @@ def read_box(ctx: KernelContext, tmap: ThreadMap, enc: LayoutAttr | None, t: Sca
         for r, v in zip(g, load_run(ctx, t, addr, len(g), None, space="shared")):
             out[r] = v
     return out
-
-
-def write_box(ctx: KernelContext, regs: list[str], tmap: ThreadMap, enc: LayoutAttr | None, t: ScalarType,
-              shape: tuple[int, ...], swizzle_bytes: int, base: str) -> None:
-    """The owner of each element stores it where TMA expects it: the box row-major at shared address `base`
-    (1024-byte aligned when swizzled)."""
-    groups = _vector_groups(tmap, enc, t.bytes)
-    owner = ctx.owner_pred(tmap)
-    for g, addr in zip(groups, _box_addresses(ctx, tmap, groups, shape, t.bytes, swizzle_bytes, base)):
-        store_run(ctx, t, addr, [regs[r] for r in g], owner, space="shared")
 
 
 # ------------------------------------------------------------------------------------- TMA and mbarriers
@@ -178,12 +190,11 @@ def wait_phase(ctx: KernelContext, bar: str, phase: str) -> None:
 
 
 def tma_store(ctx: KernelContext, tensor_map: str, coords: list[str], src: str, leader: str) -> None:
-    """The leader copies shared address `src` to the box at `coords` (outermost first) and waits until done."""
+    """The leader copies shared address `src` to the box at `coords` (outermost first); the caller commits the
+    bulk group and waits for it."""
     c = ", ".join(reversed(coords))
     ctx.emit(f"@{leader} cp.async.bulk.tensor.{len(coords)}d.global.shared::cta.bulk_group "
              f"[{tensor_map}, {{{c}}}], [{src}];")
-    ctx.emit(f"@{leader} cp.async.bulk.commit_group;")
-    ctx.emit(f"@{leader} cp.async.bulk.wait_group 0;")
 
 
 # ------------------------------------------------------------------------------- TMA-fed wgmma ring slots
@@ -289,15 +300,142 @@ def lower_descriptor_load(ctx: KernelContext, op: Operation) -> None:
 
 
 def lower_descriptor_store(ctx: KernelContext, op: Operation) -> None:
+    """One box, or a tile of whole boxes (each 1024-aligned in the buffer, swizzled as TMA reads it): the owners
+    write their elements, then the leader issues one TMA store per box (tma_store; it waits only until shared
+    memory was read, so the threads go on while the copy engine writes the tensor). When each register's box does
+    not depend on the thread (a wgmma accumulator's: the thread's part of its coordinates stays inside a box), the
+    boxes go out in rounds of up to BOX_ROUND_BYTES, else all at once, each thread finding its box from its
+    coordinates."""
     desc: TensorDescType = op.operands[0].type  # type: ignore[assignment]
-    tensor_map = ctx.get1(op.operands[0])
-    coords = [ctx.get1(v) for v in op.operands[1:-1]]
     value = op.operands[-1]
-    buf = _box_buffer(ctx, desc)
-    leader = ctx.owner_pred(None)
-    ctx.barrier()
-    write_box(ctx, ctx.get(value), ctx.tmap(value), value.type.encoding, desc.element, desc.block_shape,
-              desc.swizzle_bytes, buf)
+    tmap, enc = ctx.tmap(value), value.type.encoding
+    block = tuple(desc.block_shape)
+    boxes = box_grid(tuple(value.type.shape), block)
+    slot = _aligned(desc.box_bytes) if len(boxes) > 1 else desc.box_bytes
+    groups = _vector_groups(tmap, enc, desc.element.bytes)
+    _check_disjoint(ctx, tmap, enc)
+    if _thread_stays_in_a_box(tmap, block):
+        per_round = max(1, min(len(boxes), BOX_ROUND_BYTES // slot))
+        rounds = [boxes[i:i + per_round] for i in range(0, len(boxes), per_round)]
+    elif len(boxes) * slot <= BOX_ROUND_BYTES:
+        rounds = [boxes]
+    else:
+        raise ctx.error(f"a tile of {len(boxes)} [{', '.join(map(str, block))}] boxes in layout {enc} needs "
+                        f"{len(boxes) * slot} bytes of shared memory at once; store it in smaller tiles")
+    runs = _packed_runs(ctx, desc.element, ctx.get(value), groups)
+    for round_boxes in rounds:
+        _store_round(ctx, op, desc, tmap, groups, runs, boxes, round_boxes, slot)
+    ctx.tma_stores_pending = True  # type: ignore[attr-defined]  # the kernel's exit waits for the writes
+
+
+WORD = ScalarType("ui32")
+
+
+def _packed_runs(ctx: KernelContext, t: ScalarType, regs: list[str], groups: list[list[int]]
+                 ) -> list[tuple[ScalarType, list[str]]]:
+    """Each register group as what one st.shared writes: 16- / 8-bit elements packed into 32-bit words up front,
+    right after the values were computed (when the tile is a wgmma accumulator, reading it later, between the
+    rounds' barriers, makes ptxas serialize the wgmmas: warning C7514)."""
+    out = []
+    for g in groups:
+        vals = [regs[r] for r in g]
+        if t.bytes < 4 and len(vals) * t.bytes >= 4:
+            per = 4 // t.bytes
+            out.append((WORD, [pack_word(ctx, t, vals[i:i + per]) for i in range(0, len(vals), per)]))
+        else:
+            out.append((t, vals))
+    return out
+
+
+BOX_ROUND_BYTES = 32 * 1024  # the scratch one round of a many-box store fills
+
+
+def _store_round(ctx: KernelContext, op: Operation, desc: TensorDescType, tmap: ThreadMap, groups: list[list[int]],
+                 runs: list[tuple[ScalarType, list[str]]], boxes: list[tuple[int, ...]],
+                 round_boxes: list[tuple[int, ...]], slot: int) -> None:
+    block = tuple(desc.block_shape)
+    tensor_map, coords = ctx.get1(op.operands[0]), [ctx.get1(v) for v in op.operands[1:-1]]
+    ctx.need_smem(slot * len(round_boxes))
+    ctx.smem_align = max(ctx.smem_align, SWIZZLE_ATOM_BYTES if desc.swizzle_bytes else 128)
+    buf = ctx.smem
+    ctx.barrier()  # the buffer is free: every earlier user passed it, and the leader waited for the TMA reads
+    mine = [i for i, g in enumerate(groups) if len(round_boxes) == len(boxes)
+            or _box_of(tmap.reg_offsets[g[0]], block) in round_boxes]
+    addrs = _tile_box_addresses(ctx, tmap, [groups[i] for i in mine], boxes, round_boxes, block, desc, slot, buf)
+    for i, addr in zip(mine, addrs):
+        t, vals = runs[i]
+        store_run(ctx, t, addr, vals, ctx.owner_pred(tmap), space="shared")
     ctx.emit("fence.proxy.async.shared::cta;")
     ctx.barrier()
-    tma_store(ctx, tensor_map, coords, buf, leader)  # type: ignore[arg-type]
+    leader = ctx.owner_pred(None)
+    for i, b in enumerate(round_boxes):
+        at = [_offset_coord(ctx, c, o * n) for c, o, n in zip(coords, b, block)]
+        tma_store(ctx, tensor_map, at, ctx.smem_at(i * slot), leader)  # type: ignore[arg-type]
+    ctx.emit(f"@{leader} cp.async.bulk.commit_group;")
+    ctx.emit(f"@{leader} cp.async.bulk.wait_group.read 0;")
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // SWIZZLE_ATOM_BYTES) * SWIZZLE_ATOM_BYTES
+
+
+def box_grid(shape: tuple[int, ...], block: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The box indices (per dim) a tile of whole blocks covers, row-major."""
+    grid: list[tuple[int, ...]] = [()]
+    for n, b in zip(shape, block):
+        grid = [g + (i,) for g in grid for i in range(n // b)]
+    return grid
+
+
+def _box_of(coords: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(c // b for c, b in zip(coords, block))
+
+
+def _check_disjoint(ctx: KernelContext, tmap: ThreadMap, enc: LayoutAttr | None) -> None:
+    """Every element is the thread's base plus the register's offset with no common bits (so box index and offset
+    in the box split bitwise between the two); checked element by element."""
+    for tid in range(tmap.num_threads):
+        base = tmap.base(tid)
+        for r in range(tmap.num_regs):
+            off = tmap.reg_offsets[r]
+            if tmap.element(tid, r) != tuple(b + o for b, o in zip(base, off)) or any(
+                    b & o for b, o in zip(base, off)):
+                raise ctx.error(f"a tile in layout {enc} cannot be stored register by register into TMA boxes")
+
+
+def _thread_stays_in_a_box(tmap: ThreadMap, block: tuple[int, ...]) -> bool:
+    return all(b < n for tid in range(tmap.num_threads) for b, n in zip(tmap.base(tid), block))
+
+
+def _tile_box_addresses(ctx: KernelContext, tmap: ThreadMap, groups: list[list[int]], boxes: list[tuple[int, ...]],
+                        round_boxes: list[tuple[int, ...]], block: tuple[int, ...], desc: TensorDescType, slot: int,
+                        buf: str) -> list[str]:
+    """For each register group, its address among the round's boxes (box i of the round at buf + i * slot): the
+    box and the offset in it are the thread's part plus the register's (disjoint bits: see _check_disjoint)."""
+    elem = desc.element.bytes
+    grid = [max(b[d] for b in boxes) + 1 for d in range(len(block))]
+    if len(round_boxes) == len(boxes):  # one round: the thread's box index counts too
+        thread_box = ctx.const("0", "b32")
+        box_strides = row_major_strides(tuple(grid))
+        for d, dm in enumerate(tmap.dims):
+            if box_strides[d] and dm.tpw * dm.wpc > 1 and dm.size > block[d]:
+                part = ctx.in_prologue(("tma_box_part", d, block[d], box_strides[d] * slot), "b32",
+                                       f"shr.u32 {{d}}, {ctx.dim_base(dm)}, {log2(block[d])};")
+                thread_box = ctx.in_prologue(("tma_box_sum", thread_box, part, box_strides[d] * slot), "b32",
+                                             f"mad.lo.u32 {{d}}, {part}, {box_strides[d] * slot}, {thread_box};")
+        start = ctx.in_prologue(("tma_box_start", buf, thread_box), "b32", f"add.u32 {{d}}, {buf}, {thread_box};")
+        index = {b: sum(i * s for i, s in zip(b, box_strides)) for b in boxes}
+    else:
+        start, index = buf, {b: i for i, b in enumerate(round_boxes)}
+    local = [tuple(o % n for o, n in zip(tmap.reg_offsets[g[0]], block)) for g in groups]
+    where = [index[_box_of(tmap.reg_offsets[g[0]], block)] * slot for g in groups]
+    addrs = _box_addresses(ctx, tmap, groups, block, elem, desc.swizzle_bytes, start, local, in_box=block)
+    return [f"{a.rsplit('+', 1)[0]}+{int(a.rsplit('+', 1)[1]) + w}" for a, w in zip(addrs, where)]
+
+
+def _offset_coord(ctx: KernelContext, reg: str, delta: int) -> str:
+    if not delta:
+        return reg
+    out = ctx.new("b32")
+    ctx.emit(f"add.s32 {out}, {reg}, {delta};")
+    return out

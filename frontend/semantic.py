@@ -579,10 +579,14 @@ class Semantic:
         coords = self.descriptor_coords(ty, offsets, "store_tensor_descriptor")
         v = self.cast(value, ty.element)
         block = ty.block_shape
-        if v.is_tile and (len(v.shape) > len(block) or
-                          any(a not in (1, b) for a, b in zip(reversed(v.shape), reversed(block)))):
-            raise error(f"cannot store a tile of shape {v.shape} into descriptor blocks of shape {ty.block_shape}")
-        v = self.broadcast_to(v, ty.block_shape)
+        whole_blocks = v.is_tile and len(v.shape) == len(block) and all(
+            n >= b and n % b == 0 for n, b in zip(v.shape, block))
+        if v.is_tile and not whole_blocks and (len(v.shape) > len(block) or
+                                               any(a not in (1, b) for a, b in zip(reversed(v.shape), reversed(block)))):
+            raise error(f"cannot store a tile of shape {v.shape} into descriptor blocks of shape {ty.block_shape}: "
+                        "give a tile of the block's shape (or one that broadcasts to it) or of whole blocks")
+        if not whole_blocks:
+            v = self.broadcast_to(v, ty.block_shape)
         self.b.create("mt.descriptor_store", [desc.handle, *coords, v.handle])
 
     # ---------------------------------------------------------------------------------- reductions

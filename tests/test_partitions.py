@@ -68,30 +68,38 @@ def ring_module(block: int = 32, stages: int = 2, passes: list[str] | None = Non
     return module
 
 
-def persistent_module(block: tuple[int, int, int], warps: int, stages: int) -> Module:
-    """matmul_persistent_kernel as the JIT specializes it (aligned C, unit column stride), through the passes."""
+def persistent_module(block: tuple[int, int, int], warps: int, stages: int, tma_store: bool = False,
+                      a_type: TensorDescType | None = None) -> Module:
+    """matmul_persistent_kernel as the JIT specializes it (aligned C, unit column stride; with tma_store C as a
+    descriptor of [BLOCK_M, 64] boxes; `a_type`: A's descriptor type, default the rank-2 [8, BLOCK_K] boxes),
+    through the passes."""
     bm, bn, bk = block
-    types = {"a_tma": TensorDescType(TensorType((8, bk), bf16)),
+    c_type = TensorDescType(TensorType((bm, matmul.C_BOX_COLUMNS), bf16)) if tma_store else PointerType(bf16)
+    types = {"a_tma": a_type or TensorDescType(TensorType((8, bk), bf16)),
              "b_tma": TensorDescType(TensorType((bk, matmul.TMA_RING_B_COLUMNS), bf16)),
-             "c_ptr": PointerType(bf16), "bias_ptr": PointerType(bf16), "M": i32, "N": i32, "K": i32,
+             "c_out": c_type, "bias_ptr": PointerType(bf16), "M": i32, "N": i32, "K": i32,
              "stride_cm": i32, "stride_cn": i32}
     module = compile_to_ir(matmul.matmul_persistent_kernel, types,
-                           {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": stages, "GROUP_M": 2},
-                           num_warps=warps, divisibility={"c_ptr": 16, "bias_ptr": 16, "stride_cm": 16},
+                           {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": stages, "GROUP_M": 2,
+                            "TMA_STORE": tma_store},
+                           num_warps=warps, divisibility={"c_out": 16, "bias_ptr": 16, "stride_cm": 16},
                            equal_to_one={"stride_cn"})
     module = run_passes(module, PIPELINE)
     verify(module)
     return module
 
 
-def persistent_args(gen: torch.Generator, m: int, n: int, k: int, block_k: int, paired_a: bool = False
-                    ) -> tuple[list, torch.Tensor]:
+def persistent_args(gen: torch.Generator, m: int, n: int, k: int, block: tuple[int, int, int],
+                    paired_a: bool = False, tma_store: bool = False) -> tuple[list, torch.Tensor, torch.Tensor]:
+    """The kernel's arguments, C and the float64 product; C has 8 padding columns nothing may write (with tma_store
+    the descriptor describes the unpadded view)."""
     a = torch.randn(m, k, generator=gen).bfloat16()
     b = torch.randn(k, n, generator=gen).bfloat16()
-    c = torch.full((m, n + 8), float("nan")).bfloat16()  # 8 padding columns: nothing may write them
-    a_tma, b_tma = matmul.tma_ring_descriptors(a, b, block_k, paired_a=paired_a)
+    c = torch.full((m, n + 8), float("nan")).bfloat16()
+    a_tma, b_tma = matmul.tma_ring_descriptors(a, b, block[2], paired_a=paired_a)
+    c_out = mt.TensorDescriptor.from_tensor(c[:, :n], [block[0], matmul.C_BOX_COLUMNS]) if tma_store else c
     bias = torch.zeros(n + 8).bfloat16()  # unread (HAS_BIAS off); a tensor of its own: the simulator writes each back
-    return [a_tma, b_tma, c, bias, m, n, k, c.stride(0), 1], a.double() @ b.double()
+    return [a_tma, b_tma, c_out, bias, m, n, k, c.stride(0), 1], c, a.double() @ b.double()
 
 
 # --------------------------------------------------------------------------------------------- frontend
@@ -270,18 +278,19 @@ def test_interpreter_reports_a_fill_over_an_unreleased_slot() -> None:
         assert "filled again before its previous fill was released" in str(e)
 
 
+@pytest.mark.parametrize("tma_store", [False, True])
 @pytest.mark.parametrize("shape,programs", [((150, 200, 296), 3), ((64, 64, 64), 1), ((130, 264, 136), 2)])
 def test_interpreted_persistent_matmul(monkeypatch: pytest.MonkeyPatch, gen: torch.Generator,
-                                       shape: tuple[int, int, int], programs: int) -> None:
+                                       shape: tuple[int, int, int], programs: int, tma_store: bool) -> None:
     """matmul_persistent (bias + GELU) through the interpreter: tiles shared out over `programs` programs, the
-    ring phases carried across tiles, ragged M, N and K."""
+    ring phases carried across tiles, ragged M, N and K; C through pointers or TMA stores of whole boxes."""
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
     m, n, k = shape
     a = torch.randn(m, k, generator=gen).bfloat16()
     b = torch.randn(k, n, generator=gen).bfloat16()
     bias = torch.randn(n, generator=gen).bfloat16()
     config = mt.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 2}, num_warps=4, num_stages=3)
-    c = matmul.matmul_persistent(a, b, config, bias=bias, activation="gelu", programs=programs)
+    c = matmul.matmul_persistent(a, b, config, bias=bias, activation="gelu", programs=programs, tma_store=tma_store)
     ref = matmul.reference(a, b, bias, "gelu").double()
     assert ((c.double() - ref).norm() / ref.norm()).item() <= 1e-2
 
@@ -290,57 +299,47 @@ def test_interpreted_persistent_matmul(monkeypatch: pytest.MonkeyPatch, gen: tor
 
 
 @needs_ptxas
-@pytest.mark.parametrize("block,warps,stages", [((128, 256, 64), 8, 3), ((128, 256, 64), 8, 4),
-                                                ((128, 128, 64), 8, 4), ((64, 128, 64), 4, 3)])
-def test_persistent_matmul_assembles(block: tuple[int, int, int], warps: int, stages: int) -> None:
+@pytest.mark.parametrize("block,warps,stages,tma_store", [
+    ((128, 256, 64), 8, 3, False), ((128, 256, 64), 8, 4, False), ((128, 128, 64), 8, 4, False),
+    ((64, 128, 64), 4, 3, False), ((128, 256, 64), 8, 3, True), ((128, 256, 64), 8, 4, True)])
+def test_persistent_matmul_assembles(block: tuple[int, int, int], warps: int, stages: int, tma_store: bool) -> None:
     """setmaxnreg honoured (.maxntid and .minnctapersm 1, no C7508), no wgmma serialization (C7514), 0 spills;
-    the consumers' named barrier; TMA, wgmma and both setmaxnreg counts present."""
-    module = persistent_module(block, warps, stages)
+    the consumers' named barrier; TMA, wgmma and both setmaxnreg counts present; with tma_store one TMA store per
+    [BLOCK_M, 64] box of C."""
+    module = persistent_module(block, warps, stages, tma_store)
     ptx, _ = ptx_of(module)
     threads = 32 * (warps + 4)
     assert f".maxntid {threads}, 1, 1" in ptx and ".minnctapersm 1" in ptx
     assert ptx.count("setmaxnreg.inc.sync.aligned.u32 232;") == 1
     assert ptx.count("setmaxnreg.dec.sync.aligned.u32 40;") == 1
     assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and f"bar.sync 1, {32 * warps};" in ptx
+    stores = ptx.count("cp.async.bulk.tensor.2d.global.shared::cta")
+    assert stores == (block[1] // matmul.C_BOX_COLUMNS if tma_store else 0)
     report = run_ptxas(ptx)
     assert report.spill_stores == 0 and report.spill_loads == 0, report.log
     assert "C7508" not in report.log and "C7514" not in report.log and "warning" not in report.log.lower()
 
 
-@pytest.mark.parametrize("block,warps,stages,shape,programs", [
-    ((64, 128, 64), 4, 3, (70, 200, 192), 2),    # 4 tiles over 2 programs: phases carried across tiles
-    ((128, 256, 64), 8, 3, (150, 264, 200), 2),  # two consumer warpgroups, m64n256; tails in M, N, K
-    ((128, 256, 64), 8, 4, (320, 264, 136), 3),  # M a multiple of 64: A in rank-4 paired boxes
+@pytest.mark.parametrize("block,warps,stages,shape,programs,tma_store", [
+    ((64, 128, 64), 4, 3, (70, 200, 192), 2, False),    # 4 tiles over 2 programs: phases carried across tiles
+    ((128, 256, 64), 8, 3, (150, 264, 200), 2, False),  # two consumer warpgroups, m64n256; tails in M, N, K
+    ((128, 256, 64), 8, 4, (320, 264, 136), 3, False),  # M a multiple of 64: A in rank-4 paired boxes
+    ((128, 256, 64), 8, 3, (150, 264, 200), 2, True),   # C by TMA: 4 boxes a tile, 2 rounds, straight from wgmma
+    ((64, 128, 64), 4, 3, (70, 200, 192), 3, True),
 ])
 @pytest.mark.parametrize("policy", ["round_robin", "greedy"])
 def test_simulated_persistent_matmul_matches_torch(block: tuple[int, int, int], warps: int, stages: int,
-                                                   shape: tuple[int, int, int], programs: int, policy: str,
-                                                   gen: torch.Generator) -> None:
+                                                   shape: tuple[int, int, int], programs: int, tma_store: bool,
+                                                   policy: str, gen: torch.Generator) -> None:
     """The partitions on separate program counters (both schedules) with every TMA / mbarrier / wgmma / race check
     of the simulator, against float64 torch (bf16 output: 2e-2 of the largest |value|); C's padding untouched."""
     m, n, k = shape
-    args, ref = persistent_args(gen, m, n, k, block[2], paired_a=m % 64 == 0)
-    if m % 64 == 0:  # the paired descriptors: the kernel specialization's A box is rank 4
-        module = _with_a_box(block, warps, stages, args[0].type)
-    else:
-        module = persistent_module(block, warps, stages)
-    ptx, name = ptx_of(module)
+    paired = m % 64 == 0
+    args, c, ref = persistent_args(gen, m, n, k, block, paired_a=paired, tma_store=tma_store)
+    ptx, name = ptx_of(persistent_module(block, warps, stages, tma_store, args[0].type if paired else None))
     run_ws_ptx(ptx, name, (programs, 1, 1), args, 32 * warps, policy=policy)
-    c = args[2]
     assert (c[:, :n].double() - ref).abs().max() <= 2e-2 * ref.abs().max()
     assert torch.isnan(c[:, n:]).all()
-
-
-def _with_a_box(block: tuple[int, int, int], warps: int, stages: int, a_type: TensorDescType) -> Module:
-    bm, bn, bk = block
-    types = {"a_tma": a_type, "b_tma": TensorDescType(TensorType((bk, matmul.TMA_RING_B_COLUMNS), bf16)),
-             "c_ptr": PointerType(bf16), "bias_ptr": PointerType(bf16), "M": i32, "N": i32, "K": i32,
-             "stride_cm": i32, "stride_cn": i32}
-    module = compile_to_ir(matmul.matmul_persistent_kernel, types,
-                           {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": stages, "GROUP_M": 2},
-                           num_warps=warps, divisibility={"c_ptr": 16, "bias_ptr": 16, "stride_cm": 16},
-                           equal_to_one={"stride_cn"})
-    return run_passes(module, PIPELINE)
 
 
 @pytest.mark.parametrize("policy", ["round_robin", "greedy"])
@@ -377,7 +376,7 @@ def test_simulator_rejects_broken_ring_protocols(what: str, partition: int, muta
     ptx, name = ptx_of(persistent_module((64, 128, 64), 4, 3))
     broken = _in_partition(ptx, partition, mutate)
     assert broken != ptx, what
-    args, _ = persistent_args(gen, 64, 128, 320, 64)
+    args, _, _ = persistent_args(gen, 64, 128, 320, (64, 128, 64))
     with pytest.raises(SimError, match=error):
         run_ws_ptx(broken, name, (1, 1, 1), args, 128, policy=policy)
 
@@ -392,3 +391,11 @@ def test_gpu_persistent_matmul_matches_torch(config_index: int) -> None:
     """matmul_persistent (paired A boxes where M is a multiple of 64) at the 128-row MATMUL_CONFIGS on ragged and
     tiny shapes against torch (relative error <= 1e-2), each config in a process of its own."""
     check_on_gpu("matmul_persistent", config_index)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the H200)")
+@pytest.mark.parametrize("config_index", [0, 1])
+def test_gpu_persistent_matmul_with_tma_stores(config_index: int) -> None:
+    """matmul_persistent(tma_store=True): C written by TMA in [BLOCK_M, 64] boxes (edges clipped by TMA)."""
+    check_on_gpu("matmul_persistent", config_index, "tma_store")

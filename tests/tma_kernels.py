@@ -36,6 +36,16 @@ def tma_copy_scaled(src, dst, BM: mt.constexpr, BN: mt.constexpr):
 
 
 @mt.kernel
+def tma_store_whole_boxes(x_ptr, dst, M, N, TILE_M: mt.constexpr, TILE_N: mt.constexpr):
+    """dst = 2 * x (x through pointers, row-major M x N) in TILE_M x TILE_N tiles, each one descriptor store of a
+    tile of whole [BM, BN] boxes of dst's (codegen/tma.py: rounds of boxes, one TMA store each; edges clipped)."""
+    rows = mt.program_id(0) * TILE_M + mt.arange(0, TILE_M)
+    cols = mt.program_id(1) * TILE_N + mt.arange(0, TILE_N)
+    x = mt.load(x_ptr + rows[:, None] * N + cols[None, :], mask=(rows[:, None] < M) & (cols[None, :] < N), other=0.0)
+    dst.store([mt.program_id(0) * TILE_M, mt.program_id(1) * TILE_N], x * 2)
+
+
+@mt.kernel
 def tma_block_sums(src, out, K, BM: mt.constexpr, BK: mt.constexpr):
     """out[i, j] = sum over k-blocks of src[i, kb * BK + j] (one barrier reused every iteration: phase tracking)."""
     m = mt.program_id(0) * BM

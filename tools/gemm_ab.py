@@ -31,6 +31,9 @@ config and the best):
                   mt.warp_specialize and mt.ring): one program per resident slot loops over the C tiles; the
                   producer warpgroup fills the next tile's stages while the consumers store the current one;
                   paired A boxes; the 128-row configs and the warp-specialized extras
+  persistent-tma-store  the same with C written by TMA stores straight from the accumulator registers
+                  ([BLOCK_M, 64] boxes, 32 KB a round; the copy engine writes C while the consumers start the next
+                  tile)
 
 Every result is checked against torch on the same inputs before it is timed (relative Frobenius error of the bf16
 output against the float64 product <= 1e-2); a failing or crashing config is reported, not timed. Times are
@@ -155,7 +158,7 @@ def _tma_unpipelined_configs() -> dict[str, Launch]:
     return {f"{bm}x{bn}x{bk} w{warps}": launch}
 
 
-def _persistent_configs() -> dict[str, Launch]:
+def _persistent_configs(tma_store: bool = False) -> dict[str, Launch]:
     import minitriton as mt
     from minitriton.kernels.examples import matmul as mm
 
@@ -168,7 +171,7 @@ def _persistent_configs() -> dict[str, Launch]:
         name = f"{meta['BLOCK_M']}x{meta['BLOCK_N']}x{meta['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
         if meta.get("GROUP_M", 8) != 8:
             name += f" G{meta['GROUP_M']}"
-        out[name] = lambda a, b, config=config: mm.matmul_persistent(a, b, config)
+        out[name] = lambda a, b, config=config: mm.matmul_persistent(a, b, config, tma_store=tma_store)
     return out
 
 
@@ -211,6 +214,8 @@ VARIANTS = [
             lambda: _tma_ws_configs(paired_a=True)),
     Variant("persistent", "matmul.py matmul_persistent: explicit mt.warp_specialize, persistent over C tiles",
             _persistent_configs),
+    Variant("persistent-tma-store", "matmul_persistent(tma_store=True): C by TMA stores of [BLOCK_M, 64] boxes",
+            lambda: _persistent_configs(tma_store=True)),
     Variant("triton", "the peer: Triton 3.6's autotuned matmul (benchmarks/triton_peers.py)", _triton_configs),
     Variant("triton-tma", "the peer: Triton's TMA persistent matmul, per config", _triton_tma_configs),
 ]

@@ -13,8 +13,8 @@ def gelu(x):
 
 
 @mt.func
-def store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION):
-    """C[rm, rn] = act(acc + bias[rn]), masked to the M x N matrix (shared by the GEMM examples)."""
+def activate(acc, rn, bias_ptr, N, HAS_BIAS, ACTIVATION):
+    """act(acc + bias[rn]) for the columns rn of a C tile."""
     if HAS_BIAS:
         acc += mt.load(bias_ptr + rn, mask=rn < N, other=0.0).to(mt.float32)[None, :]
     if ACTIVATION == "relu":
@@ -25,6 +25,13 @@ def store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS
         acc = acc * mt.sigmoid(acc)
     else:
         mt.static_assert(ACTIVATION == "none", f"unknown activation {ACTIVATION}")
+    return acc
+
+
+@mt.func
+def store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION):
+    """C[rm, rn] = act(acc + bias[rn]), masked to the M x N matrix (shared by the GEMM examples)."""
+    acc = activate(acc, rn, bias_ptr, N, HAS_BIAS, ACTIVATION)
     c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
     mt.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
@@ -152,16 +159,20 @@ def matmul_tma_ring(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None =
 # ahead into the next tile's stages while the consumers store the current one, and no CTA starts from an empty
 # ring but the first. `fill` counts ring fills across tiles: fill i goes to slot i % STAGES.
 PRODUCER_REGISTERS = 40  # the TMA producer holds scalars only
+C_BOX_COLUMNS = 64  # TMA-stored C boxes: 128-byte rows of bf16 (the 128B swizzle)
 CONSUMER_REGISTERS = 232  # 2 x m64n256 accumulators and the epilogue: 232 x 256 + 40 x 128 <= 65536
 
 
 @mt.kernel
-def matmul_persistent_kernel(a_tma, b_tma, c_ptr, bias_ptr, M, N, K, stride_cm, stride_cn,
+def matmul_persistent_kernel(a_tma, b_tma, c_out, bias_ptr, M, N, K, stride_cm, stride_cn,
                              BLOCK_M: mt.constexpr, BLOCK_N: mt.constexpr, BLOCK_K: mt.constexpr,
                              STAGES: mt.constexpr, GROUP_M: mt.constexpr = 8, HAS_BIAS: mt.constexpr = False,
-                             ACTIVATION: mt.constexpr = "none"):
+                             ACTIVATION: mt.constexpr = "none", TMA_STORE: mt.constexpr = False):
     """C = act(A @ B + bias) from TMA descriptors of A and B in the rings' boxes (`tma_ring_descriptors`),
-    persistent over the C tiles (launch at most one program per resident slot: `matmul_persistent`)."""
+    persistent over the C tiles (launch at most one program per resident slot: `matmul_persistent`). `c_out` is
+    C's pointer, or with TMA_STORE a descriptor of C in [BLOCK_M, 64] boxes: each tile then goes out straight from
+    the accumulator's registers through shared memory by TMA stores, which finish while the consumers start the
+    next tile (stride_cm / stride_cn unused)."""
     a_ring = mt.ring((BLOCK_M, BLOCK_K), a_tma.dtype, STAGES)
     b_ring = mt.ring((BLOCK_K, BLOCK_N), b_tma.dtype, STAGES)
     num_tiles = mt.cdiv(M, BLOCK_M) * mt.cdiv(N, BLOCK_N)
@@ -179,7 +190,11 @@ def matmul_persistent_kernel(a_tma, b_tma, c_ptr, bias_ptr, M, N, K, stride_cm, 
                     fill += 1
                 rm = pid_m * BLOCK_M + mt.arange(0, BLOCK_M)
                 rn = pid_n * BLOCK_N + mt.arange(0, BLOCK_N)
-                store_epilogue(acc, rm, rn, c_ptr, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION)
+                if TMA_STORE:
+                    c_out.store([pid_m * BLOCK_M, pid_n * BLOCK_N],
+                                activate(acc, rn, bias_ptr, N, HAS_BIAS, ACTIVATION).to(c_out.dtype))
+                else:
+                    store_epilogue(acc, rm, rn, c_out, bias_ptr, M, N, stride_cm, stride_cn, HAS_BIAS, ACTIVATION)
         with mt.partition(warps=4, registers=PRODUCER_REGISTERS):  # one warpgroup: the TMA producer
             fill = 0
             for tile in range(mt.program_id(0), num_tiles, mt.num_programs(0)):
@@ -192,19 +207,21 @@ def matmul_persistent_kernel(a_tma, b_tma, c_ptr, bias_ptr, M, N, K, stride_cm, 
 
 def matmul_persistent(a: torch.Tensor, b: torch.Tensor, config: mt.Config | None = None,
                       paired_a: bool = True, bias: torch.Tensor | None = None, activation: str = "none",
-                      programs: int | None = None) -> torch.Tensor:
+                      programs: int | None = None, tma_store: bool = False) -> torch.Tensor:
     """act(a @ b + bias) with matmul_persistent_kernel at `config` (default the 128x256x64 3-stage one): as many
     programs as the GPU holds at once (or `programs`), none more than there are tiles. a and b need unit inner
-    strides and 16-byte aligned rows (TMA). paired_a: A in rank-4 boxes where M is a multiple of 64."""
+    strides and 16-byte aligned rows (TMA). paired_a: A in rank-4 boxes where M is a multiple of 64. tma_store:
+    C stored by TMA in [BLOCK_M, 64] boxes (N a multiple of 8, for C's 16-byte aligned rows)."""
     M, N, K = problem_size(a, b)
     config = config or PERSISTENT_CONFIG
     meta = {k: v for k, v in config.kwargs.items() if k != "GROUP_M"}
     meta["GROUP_M"] = config.kwargs.get("GROUP_M", 8)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     a_tma, b_tma = tma_ring_descriptors(a, b, meta["BLOCK_K"], paired_a and M % 64 == 0)
-    args = (a_tma, b_tma, c, bias if bias is not None else c, M, N, K, c.stride(0), c.stride(1))
+    c_out = mt.TensorDescriptor.from_tensor(c, [meta["BLOCK_M"], C_BOX_COLUMNS]) if tma_store else c
+    args = (a_tma, b_tma, c_out, bias if bias is not None else c, M, N, K, c.stride(0), c.stride(1))
     options = dict(meta, STAGES=config.num_stages, num_warps=config.num_warps, HAS_BIAS=bias is not None,
-                   ACTIVATION=activation)
+                   ACTIVATION=activation, TMA_STORE=tma_store)
     tiles = mt.cdiv(M, meta["BLOCK_M"]) * mt.cdiv(N, meta["BLOCK_N"])
     if programs is None:
         programs = tiles if interpreting() else matmul_persistent_kernel.resident_programs(*args, **options)
@@ -226,7 +243,7 @@ matmul_tma_ws_kernel.specialize(signature=_TMA_RING_SIG, num_warps=8, num_stages
                                 BLOCK_K=64, GROUP_M=8)
 # The persistent kernel at its default config, A in paired rank-4 boxes (M a multiple of 64, as at 8192^3).
 matmul_persistent_kernel.specialize(
-    signature="a_tma:tensordesc<bf16[2,1,8,64]>,b_tma:tensordesc<bf16[64,64]>,c_ptr:*bf16:16,bias_ptr:*bf16:16,"
+    signature="a_tma:tensordesc<bf16[2,1,8,64]>,b_tma:tensordesc<bf16[64,64]>,c_out:*bf16:16,bias_ptr:*bf16:16,"
               "M:i32:16,N:i32:16,K:i32:16,stride_cm:i32:16,stride_cn:i32=1",
     num_warps=8, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3)
 

@@ -103,7 +103,7 @@ def build_descriptor_load(op: Operation, use: SlotOf, define: SlotOf) -> Step:
 
 def build_descriptor_store(op: Operation, use: SlotOf, define: SlotOf) -> Step:
     t: TensorDescType = op.operands[0].type  # type: ignore[assignment]
-    block, s, loc = t.block_shape, t.element, op.loc
+    block, s, loc = tuple(op.operands[-1].type.shape), t.element, op.loc  # the tile: one box or whole boxes
     desc, coords, val = use(op.operands[0]), [use(v) for v in op.operands[1:-1]], use(op.operands[-1])
 
     def descriptor_store(env: list, ctx: Any) -> None:

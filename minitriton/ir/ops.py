@@ -525,14 +525,17 @@ def _descriptor_load(o: Operation) -> None:
         fail(o, f"result must be {desc.block}")
 
 
-@op("mt.descriptor_store", "Writes the tile (last operand, the descriptor's block type) into the box at the "
-    "coordinates (as mt.descriptor_load); elements outside the global tensor are not written (TMA clips).",
-    pure=False)
+@op("mt.descriptor_store", "Writes the tile (last operand: the descriptor's block type, or a whole number of blocks "
+    "along each dim, stored as that many boxes) into the tensor from the coordinates on (as mt.descriptor_load); "
+    "elements outside the global tensor are not written (TMA clips).", pure=False)
 def _descriptor_store(o: Operation) -> None:
     desc = _descriptor_operands(o, 1)
     counts(o, len(o.operands), 0)
-    if strip(o.operands[-1].type) != desc.block:
-        fail(o, f"the stored tile must be {desc.block}, got {o.operands[-1].type}")
+    t = o.operands[-1].type
+    block = desc.block
+    if not isinstance(t, TensorType) or t.scalar != block.scalar or len(t.shape) != len(block.shape) \
+            or any(n % b for n, b in zip(t.shape, block.shape)):
+        fail(o, f"the stored tile must be {block} or a whole number of such blocks along each dim, got {t}")
 
 
 # ---------------------------------------------------------------------------------------- elementwise
