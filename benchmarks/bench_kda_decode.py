@@ -1,9 +1,11 @@
 """Benchmark: the KDA speculative decode step (minitriton.kernels.kda_decode) against fla 0.6.0.
 
     python benchmarks/bench_kda_decode.py [--shapes 256x12,64x96] [--drafts 0,1,3,7] [--graph] [--no-save]
+                                          [--variant NAME]
 
 Rows, per shape (B requests x H heads, K = V = 128, bf16 activations, fp32 state) and draft count k (ours: the
-default variant, kda_decode.DEFAULT_VARIANT; tools/kda_decode_ab.py compares all of kda_decode.VARIANTS):
+default variant, kda_decode.DEFAULT_VARIANT, or --variant NAME, e.g. `staged`; tools/kda_decode_ab.py compares all
+of kda_decode.VARIANTS):
   ours a=k     our step replaying all k drafts of the previous step (the worst case) + 1 + k new tokens
   ours a=0     our step replaying nothing (k > 0 only)
 Peers, measured in the same run on the same tensors:
@@ -152,15 +154,15 @@ def time_us(make: Callable[[], Callable[[], Any]], graph: bool) -> float | None:
         return None
 
 
-def run(shapes=SHAPES, drafts=DRAFTS, graph: bool = False) -> "harness.Table":
+def run(shapes=SHAPES, drafts=DRAFTS, graph: bool = False, variant: str | None = None) -> "harness.Table":
     bandwidth = harness.copy_bandwidth()
     table = harness.Table("kda_decode", "KDA speculative decode step (K = V = 128, bf16, fp32 state)",
-                          notes={"copy_bandwidth_Bps": bandwidth, "graph": graph,
+                          notes={"copy_bandwidth_Bps": bandwidth, "graph": graph, "variant": variant or "default",
                                  "fla_note": "fla peers exclude the short conv and the output norm"})
     for batch, heads in shapes:
         shape = f"B={batch},H={heads}"
         base = make_problem(batch, heads, 0)
-        ours_k0 = time_us(lambda: ours(base, 0), graph)
+        ours_k0 = time_us(lambda: ours(base, 0, variant), graph)
         t1 = time_us(lambda: fla_t1(base), graph)
         t1_pool = time_us(lambda: fla_t1_pool(base), graph)
         floor = base.state_bytes / bandwidth * 1e6
@@ -170,7 +172,7 @@ def run(shapes=SHAPES, drafts=DRAFTS, graph: bool = False) -> "harness.Table":
             snap = time_us(lambda: fla_snapshot(p), graph)
             peers = {"fla_T1": t1, "fla_T1_pool": t1_pool, "fla_snapshot": snap, "ours_k0": ours_k0}
             for accepted in ((k, 0) if k else (0,)):
-                mine = time_us(lambda: ours(p, accepted), graph)
+                mine = time_us(lambda: ours(p, accepted, variant), graph)
                 if mine is not None:
                     table.add(f"k={k} a={accepted}", shape, mine, peers, floor=floor)
             del p
@@ -184,9 +186,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--drafts", default=",".join(map(str, DRAFTS)))
     ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no launch overhead)")
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--variant", default=None, help="a kda_decode.VARIANTS name (default: DEFAULT_VARIANT)")
     args = ap.parse_args(argv)
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
-    table = run(shapes, [int(k) for k in args.drafts.split(",")], args.graph)
+    table = run(shapes, [int(k) for k in args.drafts.split(",")], args.graph, args.variant)
     print(table.format())
     if not args.no_save:
         table.save()

@@ -67,6 +67,12 @@ and new tokens together, as [TP, K] tiles) into a per-program fp32 scratch (L2-r
 the state in V chunks, running the token loop on each chunk with the token's columns loaded from the scratch in the
 state's layout; the outputs' RMSNorm runs after the chunks, from the scratch.
 
+T > 1 with the whole state in registers and no barrier in the token loops (variant `staged`:
+`kda_decode_staged_kernel`, off by default until timed): a persistent grid whose programs stage every token's
+state-independent vectors (conv, norms, gate, beta, the deferred decay's columns) in a per-program scratch in one
+prologue ([2 TH, K] tiles), then run the token loop on the [KJ, V, KL, KV] state with each token's columns loaded from
+the scratch straight in the state's layout and the outputs stored from the registers that computed them.
+
 Variants (`VARIANTS`, `kda_decode_step(..., variant=NAME)`, default `DEFAULT_VARIANT`) choose the kernels, warps, the
 T = 1 kernel's lanes per state row and prefetch depth, and the register caps, for A/B runs (tools/kda_decode_ab.py).
 See docs/kernels/kda_decode.md.
@@ -1048,6 +1054,330 @@ def kda_decode_chunked_kernel(
 kda_decode_chunked_kernel_2cta = mt.kernel(min_blocks_per_sm=2)(kda_decode_chunked_kernel.fn)
 
 
+# ---------------------------------- T > 1: the whole state in registers, the per-token vectors staged up front
+
+
+def staged_half_rows(max_drafts: int, tokens: int, head_k_dim: int, num_warps: int) -> int:
+    """TH of `kda_decode_staged_kernel`: the prologue's tiles are [2 TH, K], the replayed drafts in rows 0..TH-1 and
+    the new tokens in rows TH.. (a power of two holding both), and at least so many rows that a [2 TH, K] fp32
+    tile is more than one 16-byte vector per thread: the tiling pass then anchors the prologue's layout at its row
+    stores (coalesced). Smaller tiles count as "small" accesses and take the state's layout, replicated over its
+    rows' lanes and warps: at K3 with 1 or 3 drafts (TH = 2 / 4) ptxas spilled 5-9 KB (TH = 8: 0.3 KB)."""
+    anchor = _pow2_at_least(num_warps * 32 * 4 // (2 * head_k_dim) + 1)
+    return max(_pow2_at_least(max(max_drafts, tokens)), anchor)
+
+
+def staged_row_floats(head_k_dim: int, head_v_dim: int) -> int:
+    """fp32 values of one token's scratch row in `kda_decode_staged_kernel`: D | D k^ | E k^ | D q^ (K each), v (V),
+    beta, k^.q^ and 2 pads (rows stay 16-byte aligned for the column loads)."""
+    return 4 * head_k_dim + head_v_dim + 4
+
+
+def staged_scratch_floats(head_k_dim: int, head_v_dim: int, max_drafts: int, tokens: int, num_warps: int) -> int:
+    """fp32 values of one program's scratch in `kda_decode_staged_kernel`: 2 TH token rows (`staged_row_floats`:
+    replayed draft j at row j, new token t at row TH + t), TN rows of V outputs, and the sequence area: 2 TH + 3
+    rows of raw q | k | v, the committed conv window first, then position s at row s + 3."""
+    th = staged_half_rows(max_drafts, tokens, head_k_dim, num_warps)
+    return (2 * th * staged_row_floats(head_k_dim, head_v_dim) + _pow2_at_least(tokens) * head_v_dim
+            + (2 * th + 3) * (2 * head_k_dim + head_v_dim))
+
+
+def staged_one_run(max_drafts: int, tokens: int, lower_bound: float) -> bool:
+    """ONE_RUN of `kda_decode_staged_kernel`: each half's deferred-decay run (the replayed drafts; the bonus token
+    with the drafts) fits `renorm_period`. Then the prologue needs one cumsum and no cummin, and the token loops no
+    folds inside them (K3: -5 gives runs of 8: 7 drafts, 8 new tokens)."""
+    return renorm_period(lower_bound) >= max(max_drafts, tokens)
+
+
+def staged_out_rows(head_v_dim: int, num_warps: int, lanes_k: int) -> int:
+    """OR: state rows per thread in `kda_decode_staged_kernel`'s [KJ, V, KL, KV] tile (V over 32 / KL lanes and the
+    warps, the rest in registers), at most KL: a new token's outputs are stored from the registers that computed
+    them, register c from the row's lane c (`_store_outputs_packed`)."""
+    return max(1, min(lanes_k, head_v_dim // ((32 // lanes_k) * num_warps)))
+
+
+@mt.func
+def _raw_gather(pos, valid, n_replay, draft_proj_ptr, draft0, src_ptr, tok0, H, offs, DRAFT_COL: mt.constexpr,
+                WIDTH: mt.constexpr, ROW: mt.constexpr):
+    """[R, WIDTH] raw inputs (fp32) of one projection at sequence positions `pos` >= 0 ([R]), one load: each row's
+    pointer picks its source (replayed draft j at j < n_replay, draft-cache column DRAFT_COL on; this step's token
+    t at n_replay + t, rows of WIDTH in `src_ptr`); 0 where not `valid`."""
+    t = pos - n_replay
+    draft = draft_proj_ptr + ((draft0 + mt.minimum(pos, n_replay) * H) * ROW + DRAFT_COL)
+    token = src_ptr + (tok0 + mt.maximum(t, 0) * H) * WIDTH
+    row = mt.where(t < 0, draft, token)
+    return mt.load(row[:, None] + offs[None, :], mask=valid[:, None] & (offs[None, :] >= 0), other=0.0).to(mt.float32)
+
+
+@mt.func
+def _stage_raw(seq, pos, valid, w4, n_replay, conv_base, ch0, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
+               col: mt.constexpr, C: mt.constexpr, DRAFT_COL: mt.constexpr, WIDTH: mt.constexpr, ROW: mt.constexpr,
+               RAW: mt.constexpr):
+    """One projection's raw inputs (fp32) to the scratch's sequence area at column `col`: the committed conv
+    window (its first channel `ch0`) at rows 0..2, valid position s at row s + 3 (the other rows of the token tile
+    would collide with valid ones: not stored)."""
+    in_win = (w4 < 3)[:, None] & (offs[None, :] >= 0)
+    win = mt.load(conv_base + w4[:, None] * C + ch0 + offs[None, :], mask=in_win, other=0.0)
+    mt.store(seq + w4[:, None] * RAW + col + offs[None, :], win.to(mt.float32), mask=in_win)
+    mt.store(seq + (pos + 3)[:, None] * RAW + col + offs[None, :],
+             _raw_gather(pos, valid, n_replay, draft_proj_ptr, draft0, src_ptr, tok0, H, offs, DRAFT_COL, WIDTH, ROW),
+             mask=valid[:, None] & (offs[None, :] >= 0))
+
+
+@mt.func
+def _column(at, cols):
+    """A K vector at `at` as the state's K axes [KJ, 1, KL, KV], in the state's layout: `cols` = (the lane's
+    offsets [1, 1, KL, 1], the registers' offsets [KJ, 1, 1, KV]), added in that order so that each thread's
+    address is one base plus compile-time constants (ptxas folds them into the loads' immediate offsets instead
+    of building a 64-bit address per 16-byte vector every token)."""
+    lane_cols, reg_cols = cols
+    return mt.load(at + lane_cols + reg_cols)
+
+
+@mt.func
+def _staged_replay(S, row, cols, offs_v, K: mt.constexpr, V: mt.constexpr):
+    """One replayed token on the whole state S ([KJ, V, KL, KV], deferred decay: the true state is S D_{s-1}),
+    its vectors read from its scratch row `row`: u = beta (v - S (D_s k^));  S' = S + u (E_s k^)^T under D_s.
+    The columns are small loads of [KJ, 1, KL, KV] that the tiling pass gives the state's layout (each thread reads
+    the 16 K values its rows need, replicated over the rows' lanes and warps: L1 hits, no shared memory)."""
+    dk = _column(row + K, cols)
+    v = mt.load(row + 4 * K + offs_v)
+    beta = mt.load(row + 4 * K + V)
+    u = beta * (v - _sum_k(S * dk))
+    ek = _column(row + 2 * K, cols)
+    return S + u[None, :, None, None] * ek
+
+
+@mt.func
+def _store_outputs_packed(o_row, o, o_offs, o_lane, OR: mt.constexpr, VW: mt.constexpr):
+    """Store o [V] (in the state's row layout: OR rows per thread, v = c * VW + w in register c, each replicated
+    over the row's KL lanes) to o_row + w * OR + c, one lane per row writing: for each register c a [VW, KL] tile
+    of the rows of register c broadcast over the lanes (a register selection: o[:, None] has the state's layout
+    with a size-1 lanes dim), stored where lane == c. The store's coalesced layout (lanes fastest, one element
+    per thread: the address does not grow along the lanes, and grows by OR along w) is that same layout, so
+    nothing moves through shared memory. o_offs: w * OR as [VW, KL]; o_lane: the lane index [1, KL]."""
+    rows = o[:, None]
+    for c in mt.static_range(OR):
+        mt.store(o_row + o_offs + c, mt.broadcast_to(rows[c * VW:(c + 1) * VW, :], o_offs.shape),
+                 mask=(o_offs >= 0) & (o_lane == c))
+
+
+@mt.func
+def _staged_new_token(S, row, o_row, cols, offs_v, o_offs, o_lane, K: mt.constexpr, V: mt.constexpr,
+                      OR: mt.constexpr, VW: mt.constexpr, UPDATE: mt.constexpr = True):
+    """One new token: the update of `_staged_replay` plus the un-normalized output o = S_true' q^ =
+    S (D_s q^) + u (k^.q^) (q^ carries the scale), stored packed to the token's output row `o_row`. UPDATE=False:
+    the output only (the step's last token, whose state is dropped)."""
+    dq = _column(row + 3 * K, cols)
+    dk = _column(row + K, cols)
+    v = mt.load(row + 4 * K + offs_v)
+    beta = mt.load(row + 4 * K + V)
+    kq = mt.load(row + 4 * K + V + 1)
+    sq = _sum_k(S * dq)
+    u = beta * (v - _sum_k(S * dk))
+    _store_outputs_packed(o_row, sq + u * kq, o_offs, o_lane, OR, VW)
+    if UPDATE:
+        S = S + u[None, :, None, None] * _column(row + 2 * K, cols)
+    return S
+
+
+@mt.kernel(min_blocks_per_sm=2)
+def kda_decode_staged_kernel(
+        q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
+        state_ptr, conv_state_ptr, draft_proj_ptr, draft_beta_ptr, state_idx_ptr, num_accepted_ptr,
+        conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
+        scale, lower_bound, norm_eps, renorm_every, scratch_ptr, num_items,
+        H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
+        KL: mt.constexpr, KV: mt.constexpr, TH: mt.constexpr, TN: mt.constexpr, OR: mt.constexpr,
+        ONE_RUN: mt.constexpr):
+    """The step for T > 1 with the whole state in registers and no barrier in the token loops (variant `staged`).
+    A persistent grid; each program works through (row, head) items with its own scratch (L2/L1-resident):
+      1. the raw q | k | v of every sequence position (the committed window, the replayed drafts, the new tokens)
+         to the scratch's sequence area in sequence order, one gather per projection; mt.barrier();
+      2. the state-independent vectors of every token at once, as [2 TH, K] tiles (replayed draft j in row j, new
+         token t in row TH + t): conv (shifted reads of the sequence area), SiLU, L2 norms, gate, beta, k^.q^ and
+         the deferred decay's column scales D, E = 1 / D, one cumsum over each half's rows (its decay run) on the
+         [2, TH, K] split (a register rename), stored as one scratch row per token: D | D k^ | E k^ | D q^ | v |
+         beta, k^.q^. Then the
+         committed conv window and this step's drafts are stored (every thread's loads of them were done before
+         the barrier: "In-place safety"); mt.barrier();
+      3. the token loop on the [KJ, V, KL, KV] state (loaded at the item's start, in flight during the prologue):
+         per token the columns come from the scratch straight in the state's layout, the reductions over K are
+         in-thread fmas plus 3 shuffles, and a new token's output goes to the scratch from the registers that
+         computed it (`_store_outputs_packed`): no block barrier, no layout conversion. The replayed drafts end
+         with S *= D (their run's last D); after the bonus token S D_0 is stored (the only state write);
+      4. mt.barrier(), then the gated RMSNorm of all new tokens at once ([TN, V]) -> o.
+    Runs of the deferred decay are at most `renorm_every` tokens (D >= e^-40): each half from its row 0 in steps
+    of R, folded between runs; with ONE_RUN (each half fits one run, K3's case) the prologue's scan is one cumsum
+    and the loops have no folds inside."""
+    pid = mt.program_id(0)
+    T = NUM_DRAFTS + 1
+    C = 2 * H * K + H * V
+    ROW = 3 * K + V
+    RS = 4 * K + V + 4  # `staged_row_floats`
+    RAW = 2 * K + V  # a sequence-area row: raw q | k | v
+    SCR = 2 * TH * RS + TN * V + (2 * TH + 3) * RAW  # `staged_scratch_floats`
+    KJ = K // (KL * KV)
+    VW = V // OR  # rows of the state covered by one register of every thread
+    scr = scratch_ptr + pid.to(mt.int64) * SCR
+    o_area = scr + 2 * TH * RS
+    seq = o_area + TN * V
+    offs_k = mt.arange(0, K)
+    offs_v = mt.arange(0, V)
+    # a K vector as the state's K axes [KJ, 1, KL, KV] (k = (j * KL + l) * KV + v), split into the lane's part and
+    # the registers' part (compile-time constants) for the column loads (`_column`), and the state's offsets
+    lane_cols = (mt.arange(0, KL) * KV)[None, None, :, None]
+    reg_cols = (mt.arange(0, KJ)[:, None] * (KL * KV) + mt.arange(0, KV)[None, :])[:, None, None, :]
+    cols = (lane_cols, reg_cols)
+    state_offs = offs_v[None, :, None, None] * K + lane_cols + reg_cols
+    o_lane = mt.arange(0, KL)[None, :]
+    o_offs = mt.arange(0, VW)[:, None] * OR + o_lane * 0
+    norm_w = mt.load(o_norm_w_ptr + offs_v)
+    rr = mt.arange(0, 2 * TH)  # token rows: replayed draft j at row j, new token t at row TH + t
+    hrow = mt.arange(0, TH)[None, :]  # a token row within its half (the halves' decay runs)
+    w4 = mt.arange(0, 4)
+    tt = mt.arange(0, TN)
+    for item in range(pid, num_items, mt.num_programs(0)):
+        h = item % H
+        b = item // H
+        slot = mt.load(state_idx_ptr + b)
+        if slot >= 0:  # -1: a padding row, nothing read or written
+            slot64 = slot.to(mt.int64)
+            n_replay = _replay_count(num_accepted_ptr, b, MAX_DRAFTS)
+            _, _, ch_q, ch_k, ch_v = _head_channels(h, H, K, V)
+            state_at = state_ptr + (slot64 * H + h) * (V * K) + state_offs
+            S = mt.load(state_at)  # the committed state, in flight during the prologue
+            dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
+            a_coef = mt.exp(mt.load(a_log_ptr + h))
+            conv_base = conv_state_ptr + slot64 * (3 * C)
+            draft0 = (slot64 * MAX_DRAFTS) * H + h
+            tok0 = (b * T) * H + h
+
+            # 1. raw inputs to the sequence area (row r = position r - 3)
+            pos = mt.where(rr < TH, rr, n_replay + rr - TH)  # [2 TH] the token rows' sequence positions
+            valid = mt.where(rr < TH, rr < n_replay, rr - TH < T)
+            _stage_raw(seq, pos, valid, w4, n_replay, conv_base, h * K, draft_proj_ptr, draft0, q_ptr, tok0, H,
+                       offs_k, 0, C, 0, K, ROW, RAW)
+            _stage_raw(seq, pos, valid, w4, n_replay, conv_base, (H + h) * K, draft_proj_ptr, draft0, k_ptr, tok0,
+                       H, offs_k, K, C, K, K, ROW, RAW)
+            _stage_raw(seq, pos, valid, w4, n_replay, conv_base, 2 * H * K + h * V, draft_proj_ptr, draft0, v_ptr,
+                       tok0, H, offs_v, 2 * K, C, 2 * K, V, ROW, RAW)
+            f = _raw_gather(pos, valid, n_replay, draft_proj_ptr, draft0, f_ptr, tok0, H, offs_k, 2 * K + V, K, ROW)
+            t_pos = pos - n_replay
+            beta_at = mt.where(t_pos < 0, draft_beta_ptr + (draft0 + mt.minimum(pos, n_replay) * H),
+                               beta_ptr + (tok0 + mt.maximum(t_pos, 0) * H))
+            beta = _sigmoid(mt.load(beta_at, mask=valid, other=0.0).to(mt.float32))
+            # the sequence area was written in other threads' layouts; and every thread's loads of the conv window
+            # and of the replayed draft rows are done before they are overwritten below ("In-place safety")
+            mt.barrier()
+
+            # 2. every token's state-independent vectors, to its scratch row (in an order that keeps few tiles live
+            #    next to the state, which is in flight)
+            mt.store(scr + rr[:, None] * RS + 4 * K + offs_v[None, :],
+                     _conv_rows(seq, pos, 2 * K, offs_v, conv_w_ptr + ch_v * 4, RAW))
+            mt.store(scr + rr * RS + 4 * K + V, beta)
+            kk = _conv_rows(seq, pos, K, offs_k, conv_w_ptr + ch_k * 4, RAW)
+            kh = kk * mt.rsqrt(mt.sum(kk * kk, axis=1) + QK_NORM_EPS)[:, None]
+            qq = _conv_rows(seq, pos, 0, offs_k, conv_w_ptr + ch_q * 4, RAW)
+            qh = qq * (mt.rsqrt(mt.sum(qq * qq, axis=1) + QK_NORM_EPS) * scale)[:, None]
+            mt.store(scr + rr * RS + 4 * K + V + 1, mt.sum(kh * qh, axis=1))
+            g = mt.where(valid[:, None], _log_decay(f, dt_bias[None, :], a_coef, lower_bound), 0.0)
+            # the deferred decay's log column scale of each token: its cumulative log-decay since its run began
+            # (runs: each half from its row 0, in steps of R). The halves split off as [2, TH, K] (a register
+            # rename: a thread's two rows are the two halves), so one scan over axis 1 covers both runs.
+            g = g.reshape((2, TH, K))
+            if ONE_RUN:
+                log_d = mt.cumsum(g, axis=1)
+            else:
+                cum = mt.cumsum(g, axis=1)
+                run_start = (hrow % renorm_every == 0)[:, :, None]
+                log_d = cum - mt.cummin(mt.where(run_start, cum - g, 3.0e38), axis=1)  # cum decreases: the latest
+            D = mt.exp(log_d)
+            E = mt.exp(-log_d)
+            kh3 = kh.reshape((2, TH, K))
+            trow = scr + rr.reshape((2, TH))[:, :, None] * RS + offs_k[None, None, :]
+            mt.store(trow, D)
+            mt.store(trow + K, D * kh3)
+            mt.store(trow + 2 * K, E * kh3)
+            mt.store(trow + 3 * K, D * qh.reshape((2, TH, K)))
+            # the committed conv window after this step: the raw inputs of positions n - 2 .. n (rows n + 1 ..)
+            w_ok = w4 < 3
+            win = seq + (n_replay + 1 + w4)[:, None] * RAW
+            mk3 = w_ok[:, None] & (offs_k[None, :] >= 0)
+            mt.store(conv_base + w4[:, None] * C + ch_q[None, :], mt.load(win + offs_k[None, :], mask=mk3), mask=mk3)
+            mt.store(conv_base + w4[:, None] * C + ch_k[None, :], mt.load(win + K + offs_k[None, :], mask=mk3),
+                     mask=mk3)
+            mv3 = w_ok[:, None] & (offs_v[None, :] >= 0)
+            mt.store(conv_base + w4[:, None] * C + ch_v[None, :], mt.load(win + 2 * K + offs_v[None, :], mask=mv3),
+                     mask=mv3)
+            # this step's drafts t = 1..T-1, raw, for the next step's replay
+            new_draft = (tt >= 1) & (tt < T)
+            tok_rows = tok0 + mt.minimum(tt, T - 1) * H
+            draft_rows = draft_proj_ptr + (draft0 + mt.maximum(tt - 1, 0) * H)[:, None] * ROW
+            mk = new_draft[:, None] & (offs_k[None, :] >= 0)
+            mv = new_draft[:, None] & (offs_v[None, :] >= 0)
+            mt.store(draft_rows + offs_k[None, :], mt.load(q_ptr + tok_rows[:, None] * K + offs_k[None, :], mask=mk),
+                     mask=mk)
+            mt.store(draft_rows + K + offs_k[None, :],
+                     mt.load(k_ptr + tok_rows[:, None] * K + offs_k[None, :], mask=mk), mask=mk)
+            mt.store(draft_rows + 2 * K + offs_v[None, :],
+                     mt.load(v_ptr + tok_rows[:, None] * V + offs_v[None, :], mask=mv), mask=mv)
+            mt.store(draft_rows + 2 * K + V + offs_k[None, :],
+                     mt.load(f_ptr + tok_rows[:, None] * K + offs_k[None, :], mask=mk), mask=mk)
+            mt.store(draft_beta_ptr + draft0 + mt.maximum(tt - 1, 0) * H, mt.load(beta_ptr + tok_rows, mask=new_draft),
+                     mask=new_draft)
+            mt.barrier()  # the token rows are read by other threads (in the state's layout) below
+
+            # 3. the token loop: the replayed drafts (rows 0..n-1), then the new tokens (rows TH..TH+T-1). Each
+            #    half's runs start at its row 0; the bonus token's true state S D_0 is stored (the only state write).
+            R = renorm_every
+            bonus_row = scr + TH * RS
+            if ONE_RUN:
+                for j in range(0, n_replay):
+                    S = _staged_replay(S, scr + j * RS, cols, offs_v, K, V)
+                # the replays' run ends: its last D (no replay: row 0, whose g = 0 makes D = 1)
+                S = S * _column(scr + mt.maximum(n_replay - 1, 0) * RS, cols)
+                S = _staged_new_token(S, bonus_row, o_area, cols, offs_v, o_offs, o_lane, K, V, OR, VW)
+                mt.store(state_at, S * _column(bonus_row, cols))
+                if NUM_DRAFTS > 0:
+                    for t in range(1, T - 1):
+                        S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_v, o_offs, o_lane, K,
+                                              V, OR, VW)
+                    # the last draft needs its output only (its state is dropped)
+                    _staged_new_token(S, bonus_row + (T - 1) * RS, o_area + (T - 1) * V, cols, offs_v, o_offs,
+                                      o_lane, K, V, OR, VW, False)
+            else:
+                for j0 in range(0, n_replay, R):
+                    j1 = mt.minimum(j0 + R, n_replay)
+                    for j in range(j0, j1):
+                        S = _staged_replay(S, scr + j * RS, cols, offs_v, K, V)
+                    S = S * _column(scr + (j1 - 1) * RS, cols)
+                S = _staged_new_token(S, bonus_row, o_area, cols, offs_v, o_offs, o_lane, K, V, OR, VW)
+                mt.store(state_at, S * _column(bonus_row, cols))
+                # the rest of the bonus token's run (`+ 0 * n_replay`: renorm_every = 1 is specialized to a constant)
+                for t in range(1, mt.minimum(R + 0 * n_replay, T)):
+                    S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_v, o_offs, o_lane, K, V,
+                                          OR, VW)
+                for t0 in range(R, T, R):  # later runs: fold the previous run's last D first
+                    S = S * _column(bonus_row + (t0 - 1) * RS, cols)
+                    for t in range(t0, mt.minimum(t0 + R, T)):
+                        S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_v, o_offs, o_lane,
+                                              K, V, OR, VW)
+
+            # 4. the output norm over all V rows (written by other threads): every new token at once, [TN, V]. The
+            #    next item writes the sequence area and then, past its first barrier, the token rows (read only
+            #    before this barrier), and its outputs only past its second: no barrier at the item's end.
+            mt.barrier()
+            mo = (tt < T)[:, None] & (offs_v[None, :] >= 0)
+            ov = offs_v.to(mt.uint32)  # unsigned: % and // by the power of two VW are an and and a shift
+            o_at = ((ov % VW) * OR + ov // VW).to(mt.int32)  # where `_store_outputs_packed` put row v
+            o = mt.load(o_area + tt[:, None] * V + o_at[None, :], mask=mo, other=0.0)
+            toks = tok_rows[:, None] * V + offs_v[None, :]
+            gate = mt.load(gate_ptr + toks, mask=mo, other=0.0).to(mt.float32)
+            inv_rms = mt.rsqrt(mt.sum(o * o, axis=1) / V + norm_eps)
+            mt.store(o_ptr + toks, o * inv_rms[:, None] * norm_w[None, :] * _sigmoid(gate), mask=mo)
+
+
 @dataclass(frozen=True)
 class Variant:
     """Which kernel runs a step, and how (host-selectable for A/B runs: kda_decode_step(..., variant=NAME)).
@@ -1080,6 +1410,10 @@ VARIANTS: dict[str, Variant] = {
     # and 24 B of spills (one program per SM), or capped at 128 for two per SM (244 B of spills)
     "chunked": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8),
     "chunked_2cta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel_2cta", 8),
+    # k >= 1 with the whole state in registers and the per-token vectors staged in a per-program scratch up front:
+    # no block barrier and no layout conversion in the token loops (2026-12-01; not yet timed). k = 0 as
+    # stream_l32_pf2
+    "staged": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8),
 }
 # The chunked kernel factors e^(G_i - G_j) as e^G_i e^-G_j: a chunk's cumulative log-decay must stay inside fp32's
 # exponent range (rows x |lower_bound| <= CHUNK_MAX_LOG_DECAY), else the step runs the loop kernel.
@@ -1242,6 +1576,18 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         kernel[(programs,)](*args, scratch, bsz * h, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          KL=lanes_k, KV=vec_k, VC=state_chunk_rows(vd, num_warps, lanes_k, chosen.rows),
                          TP=scratch_tokens(cache.max_drafts, t), TN=_pow2_at_least(t), num_warps=num_warps)
+    elif kernel_name == "kda_decode_staged_kernel":
+        lanes_k, vec_k = state_k_split(kd)
+        # a persistent grid (the resident programs), each with its own scratch (`staged_scratch_floats`: 74.5 KB
+        # per program at K = V = 128, k = 7; 19.7 MB in all: L2-resident), from the caching allocator: graph-safe
+        programs = scratch_programs(q.device, bsz * h)
+        scratch = torch.empty(programs * staged_scratch_floats(kd, vd, cache.max_drafts, t, num_warps),
+                              dtype=torch.float32, device=q.device)
+        kernel[(programs,)](*args, scratch, bsz * h, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
+                            KL=lanes_k, KV=vec_k, TH=staged_half_rows(cache.max_drafts, t, kd, num_warps),
+                            TN=_pow2_at_least(t),
+                            OR=staged_out_rows(vd, num_warps, lanes_k),
+                            ONE_RUN=staged_one_run(cache.max_drafts, t, weights.lower_bound), num_warps=num_warps)
     elif kernel_name.startswith("kda_decode_chunked") and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          TR=_pow2_at_least(cache.max_drafts), TN=_pow2_at_least(t), num_warps=num_warps)
@@ -1280,6 +1626,11 @@ kda_decode_t1_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, MAX
                                 PREFETCH=1, num_warps=8)
 kda_decode_chunked_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, TR=8,
                                      TN=8, num_warps=8)  # variant chunked, 7 drafts
+for _drafts in (1, 3, 7):  # variant staged at the benchmark's k (the cache holding k drafts), lower_bound -5
+    kda_decode_staged_kernel.specialize(signature=_K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", H=96,
+                                        K=128, V=128, NUM_DRAFTS=_drafts, MAX_DRAFTS=_drafts, KL=8, KV=4,
+                                        TH=staged_half_rows(_drafts, _drafts + 1, 128, 8),
+                                        TN=_pow2_at_least(_drafts + 1), OR=4, ONE_RUN=True, num_warps=8)
 for _rows in (1, 2):  # variants stream_scratch (chunks of 32 rows) and stream_scratch_vc64 (64 rows), 7 drafts
     kda_decode_scratch_kernel.specialize(signature=_K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", H=96,
                                          K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, VC=32 * _rows, TP=16,

@@ -246,13 +246,16 @@ def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> 
     ("stream_scratch_vc64", 32, 64, torch.float32, 7, 8),  # 2 chunks of 32 rows (2 rows per lane group), fp32
     ("chunked", 16, 16, torch.bfloat16, 3, 20),  # WY chunks of 4 rows (TR = TN = 4)
     ("chunked", 32, 64, torch.float32, 7, 8),  # WY chunks of 8 rows, fp32: against the recurrence to 2e-5
+    ("staged", 16, 16, torch.bfloat16, 3, 20),  # the whole state in registers, vectors staged up front (4 warps)
+    ("staged", 32, 64, torch.float32, 7, 8),  # 2 state rows per thread (outputs packed from 2 registers)
 ])
 def test_t_gt_1_kernels_spec_decode(interpret: None, variant: str, kd: int, vd: int, dtype: torch.dtype,
                                     drafts: int, steps: int) -> None:
     """The other T > 1 kernels through the simulator: `kda_decode_scratch_kernel` (per-token vectors staged in a
-    scratch, the state in V chunks) and `kda_decode_chunked_kernel` (replayed drafts and new tokens as two WY
-    chunks, kda_chunked_reference.py). Random acceptance (0, all, mixed), padding rows, requests moving between
-    rows."""
+    scratch, the state in V chunks), `kda_decode_chunked_kernel` (replayed drafts and new tokens as two WY
+    chunks, kda_chunked_reference.py) and `kda_decode_staged_kernel` (the whole state in registers, the per-token
+    vectors staged in a scratch up front, no barrier in the token loops). Random acceptance (0, all, mixed), padding
+    rows, requests moving between rows."""
     step = functools.partial(kda_decode_step, variant=variant)
     rep = simulate_spec_decode(step, **SMALL, head_k_dim=kd, head_v_dim=vd, num_drafts=drafts, steps=steps,
                                dtype=dtype, seed=16)
@@ -272,6 +275,25 @@ def test_scratch_kernel_deferred_decay_renormalizes(interpret: None, lower_bound
                                dtype=torch.float32, seed=13, lower_bound=lower_bound)
     assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
     assert max(rep.accepted_counts) >= 3
+
+
+@pytest.mark.parametrize("lower_bound,one_run", [(-5.0, True), (-6.0, True), (-10.0, False), (-20.0, False),
+                                                 (-39.0, False)])
+def test_staged_kernel_runs_of_the_deferred_decay(interpret: None, lower_bound: float, one_run: bool) -> None:
+    """The staged kernel's runs of the deferred decay (5 drafts): ONE_RUN when the replayed drafts (5) and the new
+    tokens (6) each fit `renorm_period` (-5: 8, -6: 6), else runs of 4 (-10), 2 (-20) or 1 (-39) inside the replay
+    and the new tokens, folded between runs (cumsum / cummin in the prologue): all match."""
+    assert kda_decode.staged_one_run(5, 6, lower_bound) == one_run
+    step = functools.partial(kda_decode_step, variant="staged")
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=16, head_v_dim=32, num_drafts=5, steps=8,
+                               dtype=torch.float32, seed=25, lower_bound=lower_bound)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+    assert 0 in rep.accepted_counts and 5 in rep.accepted_counts
+
+
+def test_staged_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
+    """`staged`, 5 drafts (5 / 2 / 0 / 3 accepted), K = 32, V = 64: outputs, state, conv window, draft cache."""
+    check_step_against_torch(23, 32, 64, 5, [5, 2, 0, 3], variant="staged")
 
 
 def test_scratch_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
@@ -295,7 +317,7 @@ def test_chunked_kernel_falls_back_when_the_decay_would_overflow(interpret: None
     assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
 
 
-@pytest.mark.parametrize("variant", [None, "stream_scratch"])
+@pytest.mark.parametrize("variant", [None, "stream_scratch", "staged"])
 def test_kernel_num_accepted_int64_and_clamped(interpret: None, variant: str | None) -> None:
     """num_accepted may be int64; values past the draft cache are clamped to it (never read out of bounds)."""
     gen = torch.Generator().manual_seed(10)
@@ -372,6 +394,36 @@ def test_host_wrapper_launches_the_persistent_scratch_kernel(monkeypatch: pytest
     x, w, cache, idx, acc = meta_step_inputs(b=5, t=1, h=96, kd=128, vd=128, drafts=7)
     kda_decode_step(*x, w, cache, idx, acc, variant="stream_scratch")
     assert len(t1.launches) == 1 and len(fake.launches) == 2
+
+
+def test_host_wrapper_launches_the_persistent_staged_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """variant="staged" at k = 7 launches `kda_decode_staged_kernel` on a persistent grid (2 programs off the GPU)
+    with one scratch per program (74.5 KB at K3), reading no device data; ONE_RUN at K3's -5 (runs of 8), not at
+    -20 (runs of 2); k = 0 runs the streamed T = 1 kernel as stream_l32_pf2 does."""
+    fake = RecordingKernel()
+    monkeypatch.setattr(kda_decode, "kda_decode_staged_kernel", fake)
+    x, w, cache, idx, acc = meta_step_inputs(b=5, t=8, h=96, kd=128, vd=128, drafts=7)
+    kda_decode_step(*x, w, cache, idx, acc, variant="staged")
+    (grid, args, kwargs), = fake.launches
+    assert grid == (2,)
+    assert kwargs == dict(H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, TH=8, TN=8, OR=4,
+                          ONE_RUN=True, num_warps=8)
+    scratch, items = args[-2:]
+    assert items == 5 * 96 and scratch.dtype == torch.float32
+    assert scratch.numel() == 2 * kda_decode.staged_scratch_floats(128, 128, 7, 8, 8) == 2 * (16 * 644 + 8 * 128
+                                                                                              + 19 * 384)
+    # at least 8 rows a half at K3 (the prologue's tiles stay coalescing anchors), more when the drafts need them
+    assert [kda_decode.staged_half_rows(d, d + 1, 128, 8) for d in (1, 3, 7, 9)] == [8, 8, 8, 16]
+    assert kda_decode.staged_one_run(7, 8, -5.0) and not kda_decode.staged_one_run(7, 8, -6.0)  # runs of 8 / 6
+    w.lower_bound = -20.0
+    kda_decode_step(*x, w, cache, idx, acc, variant="staged")
+    assert fake.launches[-1][2]["ONE_RUN"] is False
+    t1 = RecordingKernel()
+    monkeypatch.setattr(kda_decode, "kda_decode_t1_kernel", t1)
+    x, w, cache, idx, acc = meta_step_inputs(b=5, t=1, h=96, kd=128, vd=128, drafts=7)
+    kda_decode_step(*x, w, cache, idx, acc, variant="staged")
+    assert len(t1.launches) == 1 and len(fake.launches) == 2
+    assert t1.launches[0][2]["KL"] == 32 and t1.launches[0][2]["PREFETCH"] == 2  # as stream_l32_pf2
 
 
 def test_host_wrapper_dispatches_k0_to_the_streamed_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -453,6 +505,43 @@ def test_k3_scratch_kernel_fits_two_programs_per_sm(vc: int) -> None:
     assert ".minnctapersm 2" in compiled.ptx
     assert compiled.metadata["registers"] <= 128, compiled.report()
     assert compiled.metadata["spill_stores"] <= 64 and compiled.metadata["spill_loads"] <= 64, compiled.report()
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
+def test_k3_staged_kernel_fits_two_programs_per_sm() -> None:
+    """The staged kernel at the K3 shape (k = 1, 3, 7, ONE_RUN): the whole state (64 registers) plus a token's
+    columns in 128 registers, for 2 programs of 8 warps per SM. ptxas spills 308-336 B, prologue values and part of
+    the state across the prologue (none in the token loops: nvdisasm, docs/kernels/kda_decode.md); the bound keeps
+    that from growing."""
+    specs = kda_decode.kda_decode_staged_kernel.specializations
+    assert [s.constexprs["NUM_DRAFTS"] for s in specs] == [1, 3, 7]  # k = 1 / 3 once spilled 5-9 KB (TH < 8)
+    for spec in specs:
+        assert spec.constexprs["ONE_RUN"] and spec.constexprs["TH"] == 8 and spec.num_warps == 8
+        compiled = spec.compile(target="cubin")
+        assert ".minnctapersm 2" in compiled.ptx
+        assert compiled.metadata["registers"] <= 128, compiled.report()
+        assert compiled.metadata["spill_stores"] <= 384 and compiled.metadata["spill_loads"] <= 384, compiled.report()
+
+
+def test_k3_staged_kernel_has_no_barrier_in_its_token_loops() -> None:
+    """What the staged kernel is for: at the K3 shape every bar.sync of its PTX is outside the token loops (in the
+    item loop's prologue and output norm, or before it), per tools/barrier_sites.py; the general kernel has 4 per
+    replayed and 8 per new token."""
+    import importlib.util
+    import inspect
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "barrier_sites.py"
+    spec = importlib.util.spec_from_file_location("barrier_sites", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    kernel = kda_decode.kda_decode_staged_kernel
+    lines, first = inspect.getsourcelines(kernel.fn)
+    item_loop, = [first + i for i, line in enumerate(lines) if "for item in range(pid, num_items" in line]
+    counts = tool.barrier_sites(kernel)
+    loops = {loop for (_, _, loop) in counts}
+    assert loops <= {"-", f"kda_decode.py:{item_loop}:4"}, counts
+    assert 0 < sum(counts.values()) <= 20, counts
 
 
 def test_benchmark_module_imports_and_runs_our_step_on_cpu(interpret: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -555,6 +644,21 @@ def test_compiled_scratch_kernel_matches_the_interpreter(kd: int, vd: int, num_w
                                       variant=variant)
 
 
+@pytest.mark.parametrize("kd,vd,num_warps,lower_bound", [
+    (16, 16, 4, -20.0),  # runs of 2 (cumsum / cummin, folds inside the loops), one state row per thread
+    (32, 64, 4, -5.0),  # ONE_RUN, 2 rows per thread: outputs packed from 2 registers
+    (128, 128, 8, -5.0),  # the K3 head: 8 warps, KL = 8, 4 rows per thread, TH = 8 (~7 s)
+])
+def test_compiled_staged_kernel_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float) -> None:
+    """The staged kernel (3 drafts; replays of 3, 1 and 2 drafts, a padding row; 2 programs over 3 items, so one
+    program reuses its scratch) on the PTX simulator: the columns read from the scratch in the state's layout, the
+    outputs stored packed from the row layout and read back for the norm, the sequence area's shifted conv reads.
+    The global-memory race detector checks the barriers (removing the one before the output norm fails)."""
+    assert kda_decode.VARIANTS["staged"].kernel == "kda_decode_staged_kernel"
+    compiled_step_matches_interpreter("kda_decode_staged_kernel", kd, vd, num_warps, lower_bound, drafts=3,
+                                      variant="staged")
+
+
 # ------------------------------------------------------------------------------------------------ GPU
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -566,7 +670,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (256, 12, 7, None), (64, 96, 3, None), (64, 96, 7, None), (256, 12, 0, None), (64, 96, 0, "stream_w4"),
     (64, 96, 0, "stream_l32_pf2"), (64, 96, 0, "stream_l32"), (256, 12, 7, "stream_scratch"),
     (64, 96, 3, "stream_scratch"), (64, 96, 7, "stream_scratch_vc64"), (256, 12, 7, "chunked"),
-    (64, 96, 3, "chunked"), (64, 96, 7, "chunked_2cta")])
+    (64, 96, 3, "chunked"), (64, 96, 7, "chunked_2cta"), (256, 12, 7, "staged"), (64, 96, 7, "staged"),
+    (64, 96, 3, "staged"), (256, 12, 1, "staged")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
@@ -579,7 +684,8 @@ def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch"), (7, "chunked")])
+@pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch"), (7, "chunked"),
+                                            (7, "staged")])
 def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int,
                                                        variant: str | None) -> None:
     """Capture one step, change the accepted counts and slots in place, replay: equals an eager step (k = 0: the

@@ -10,7 +10,9 @@ Columns: k0 / k7a7 / k7a0 in us; fla_T1 (pool) and fla_snap (k = 7 snapshot path
 fraction of copy bandwidth the k = 0 step reaches on its state bytes (target >= 0.8). k = 7 runs the variant's
 T > 1 kernel, so variants that share it (same kernel, warps and chunk rows) share those columns (timed once,
 marked '='). `stream_scratch` and `stream_scratch_vc64` time the streamed T > 1 kernel (`kda_decode_scratch_kernel`)
-in the k7 columns; run them alone with `--variants stream,stream_scratch,stream_scratch_vc64`.
+in the k7 columns; run them alone with `--variants stream,stream_scratch,stream_scratch_vc64`. `staged` times
+`kda_decode_staged_kernel` (the whole state in registers, the per-token vectors staged up front, no barrier in the
+token loops) against the loop kernel: `--variants stream_l32_pf2,staged`.
 """
 from __future__ import annotations
 
