@@ -2,9 +2,11 @@
 tools/sanitize.sh runs under compute-sanitizer (small, so memcheck and racecheck finish in seconds). Every config
 runs through the cp.async ring (matmul_kernel); the 128-row ones also through the TMA ring, the warp-specialized TMA
 ring (rank-2 A boxes, and paired rank-4 ones where M is a multiple of 64) and the persistent kernel
-(matmul_persistent: explicit partitions, 2 programs so each loops over several tiles).
+(matmul_persistent: explicit partitions, 2 programs so each loops over several tiles; C through pointers and
+through TMA stores).
 
-    python tools/gemm_case.py [M N K]        (default 200 264 136; 192 264 136 exercises the paired A boxes)
+    python tools/gemm_case.py [M N K [CONFIGS]]   (default 200 264 136, every MATMUL_CONFIG; 192 264 136 exercises
+                                                   the paired A boxes; CONFIGS: indices, e.g. 1,3)
 """
 from __future__ import annotations
 
@@ -25,7 +27,10 @@ def main() -> None:
     a = torch.randn(M, K, generator=gen).to(torch.bfloat16).cuda()
     b = torch.randn(K, N, generator=gen).to(torch.bfloat16).cuda()
     want = (a.double() @ b.double()).cpu()
-    for config in mm.MATMUL_CONFIGS:
+    only = [int(i) for i in sys.argv[4].split(",")] if len(sys.argv) >= 5 else None  # config indices
+    for index, config in enumerate(mm.MATMUL_CONFIGS):
+        if only is not None and index not in only:
+            continue
         meta = dict(config.kwargs)
         c = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
         tiles = (mt.cdiv(M, meta["BLOCK_M"]), mt.cdiv(N, meta["BLOCK_N"]))
@@ -39,6 +44,7 @@ def main() -> None:
             results["warp-specialized"] = mm.matmul_tma_ws(a, b, config, paired_a=False)
             results["warp-specialized, paired A"] = mm.matmul_tma_ws(a, b, config)
             results["persistent"] = mm.matmul_persistent(a, b, config, programs=2)
+            results["persistent, TMA stores"] = mm.matmul_persistent(a, b, config, programs=2, tma_store=True)
         torch.cuda.synchronize()
         for name, out in results.items():
             err = ((out.double().cpu() - want).norm() / want.norm()).item()

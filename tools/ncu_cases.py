@@ -81,6 +81,7 @@ CASES: dict[str, Callable[[], Call]] = {
     "kda_k7": lambda: kda_decode(7, 7),
     "kda_scratch_k7": lambda: kda_decode(7, 7, "stream_scratch_vc64"),
     "kda_chunked_k7": lambda: kda_decode(7, 7, "chunked"),
+    "kda_staged_k7": lambda: kda_decode(7, 7, "staged"),
     "flash_t8192": lambda: flash_kda(8192),
 }
 
