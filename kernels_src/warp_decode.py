@@ -25,6 +25,10 @@ Work decomposition (docs/kernels/warp_decode.md has the full story):
   0xFF -> NaN as the OCP spec says. The CUDA-core path applies each scale once per 32-weight block to the fp32
   partial sum; the tensor-core path (mt.dot, batch >= 2) builds the weights directly in bf16 and scales them there
   (exact), two weights per instruction (the codegen packs bf16 pairs: HMUL2).
+- The v6 layout (prepare_experts(layout="v6"), the v6 variants): the code bits of each word are scattered offline so
+  that its four bf16 pairs come out with one and, or a rotate and an and (one pair: and, multiply, and): 8
+  instructions per 8 weights instead of 13; pairs of adjacent elements, so the vector operand is used as loaded;
+  scale bytes stored as s + 126 (one multiply makes the bf16 scale pair). K loop: 404 -> 272 SASS per step.
 - Two weights per 32-bit word (the v4 / v5 variants, DOT_VARIANTS): the nibbles of two weights are placed in the two
   16-bit halves of one word by one and / multiply / and, and `mt.bitcast_split` (a width-changing bitcast) hands
   the word to the mma as a bf16 pair; the 2**126 bias rides on the scale when every scale byte allows it; v5 reads
@@ -76,10 +80,14 @@ DOT_MIN_BATCH = 1
 #   v5           words, K in the words' nibble order: pairs without byte permutes, 4 dots    3.27 / 3.86   108 / 177
 #   v5_p2        v5 with two steps prefetched                                                3.47 / 4.03   128 / 170
 #   v5_mixed     gate_up as v5_p2, down as v4_fold                                            3.47 / 4.04   128 / 140
+# and per K step as moe_decode launches them (`tools/warp_decode_ab.py --sass --variants ...`, down at BT 16):
+#   v5_p2_lb_h16_u3c  the default                                                  404.3 / 416.7 SASS  128 / 128
+#   v6_u3c            the same kernels on the v6 layout (prepare_experts(layout="v6"))  271.7 / 273.0  128 / 128
 _V4 = dict(pairs=True)
 _V4_WORDS_P2 = dict(pairs=True, words=True, prefetch=2)
 _V5 = dict(pairs=True, words=True, word_order=True)
 _V5_P2 = dict(pairs=True, words=True, word_order=True, prefetch=2)
+_V6_P2 = dict(pairs=True, words=True, prefetch=2, layout="v6")
 DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v3": (dict(pairs=False), dict(pairs=False)),
     "v4": (dict(pairs=True, fold_bias=False), dict(pairs=True, fold_bias=False)),
@@ -102,8 +110,18 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     # and gate_up capped at 128 registers too (168 unrolled, 12 resident warps per SM instead of 16)
     "v5_p2_lb_h16_u3c": (dict(_V5_P2, h_bf16=True, unroll=True, min_blocks=16),
                          dict(_V5_P2, min_blocks=16, unroll=True)),
+    # v6 (2026-12-01): the default's kernels on the v6 weight layout (prepare_experts(layout="v6")): 8 instead of 13
+    # instructions per word to place the nibbles, adjacent elements in a pair (no PRMT on the vector operand), the
+    # scale bytes stored biased (one shift each); docs/kernels/warp_decode.md "Session of 2026-12-01"
+    "v6_u3c": (dict(_V6_P2, h_bf16=True, unroll=True, min_blocks=16), dict(_V6_P2, min_blocks=16, unroll=True)),
+    "v6_u3": (dict(_V6_P2, h_bf16=True, unroll=True), dict(_V6_P2, min_blocks=16, unroll=True)),
+    "v6_lb_h16": (dict(_V6_P2, h_bf16=True), dict(_V6_P2, min_blocks=16)),
+    # h as two bf16 parts (h_precision="fp32") on the v6 layout
+    "v6_u3c_fp32h": (dict(_V6_P2, unroll=True, min_blocks=16), dict(_V6_P2, min_blocks=16, unroll=True)),
 }
 H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
+# The weight layout (PreparedExperts.layout) each variant reads: prepare_experts(..., layout=variant_layout(name)).
+V6_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("layout") == "v6")
 # The fp32-h reference configuration (h as two bf16 parts, BOUND_DOT-level agreement with float64), also what
 # pick_config uses when no variant is named. Measured 2026-11-29 22:17 UTC: v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us
 # at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
@@ -122,9 +140,21 @@ BF16_H_VARIANT = "v5_p2_lb_h16_u3c"
 H_PRECISIONS = ("bf16", "fp32")
 
 
-def default_variant(batch: int, h_precision: str = "bf16") -> str:
-    """The mt.dot variant moe_decode runs when none is named: h rounded to bf16 (the default) or kept at fp32 level
-    (two bf16 parts), then by batch size, as measured."""
+# On experts in the v6 layout (prepare_experts(layout="v6")): the same kernels as BF16_H_VARIANT / the fp32-h
+# default on it. Not measured on the GPU yet (2026-12-01: the K loop is 404 -> 262 SASS per step, see the notes).
+V6_BF16_H_VARIANT, V6_FP32_H_VARIANT = "v6_u3c", "v6_u3c_fp32h"
+
+
+def variant_layout(variant: str) -> str:
+    """The PreparedExperts layout a DOT_VARIANTS entry reads ("v5" or "v6")."""
+    return DOT_VARIANTS[variant][0].get("layout", "v5")
+
+
+def default_variant(batch: int, h_precision: str = "bf16", layout: str = "v5") -> str:
+    """The mt.dot variant moe_decode runs when none is named: by the experts' layout, then h rounded to bf16 (the
+    default) or kept at fp32 level (two bf16 parts), then by batch size, as measured."""
+    if layout == "v6" and h_precision in H_PRECISIONS:
+        return V6_BF16_H_VARIANT if h_precision == "bf16" else V6_FP32_H_VARIANT
     if h_precision == "bf16":
         return BF16_H_VARIANT
     if h_precision == "fp32":
@@ -152,12 +182,18 @@ class PreparedExperts:
     max_finite_scale: the largest scale byte other than 0xFF (NaN), when known (prepare_experts measures it once):
             with every finite scale <= FOLD_MAX_SCALE the mt.dot pairs path folds the dequant's 2**126 bias into
             the scale (one packed multiply per weight pair instead of two, still exact).
+    layout: "v5" as above (every kernel variant reads it), or "v6" (the mt.dot variants of the v6 family only,
+            LAYOUT_VARIANTS): each 4-byte word of a block holds elements 8 w .. 8 w + 7 with their code bits
+            scattered so that the four bf16 pairs (8 w + 2 o, 8 w + 2 o + 1) come out of the word with one
+            rotate and one and (`e2m1_v6_word_to_bf16_pairs`, V6_SOURCE_BITS), and the scale bytes are stored
+            biased, s + 126 (0xFF stays 0xFF: the block's codes are zeroed, so inf * 0 makes it NaN).
     """
 
     blocks: torch.Tensor
     scales: torch.Tensor
     k: int
     max_finite_scale: int | None = None
+    layout: str = "v5"
 
     @property
     def num_experts(self) -> int:
@@ -182,14 +218,22 @@ class PreparedExperts:
 
 
 def prepare_experts(blocks: torch.Tensor, scales: torch.Tensor, k: int | None = None,
-                    experts_per_chunk: int = 16) -> PreparedExperts:
+                    experts_per_chunk: int = 16, layout: str = "v5") -> PreparedExperts:
     """Permute MXFP4 experts (HF / compressed-tensors layout) into the kernels' stream layout (offline, one time).
 
     blocks: uint8 [E, N, ceil(K/2)] packed pairs, low nibble = even element; also accepted as [E, N, K/32, 16].
     scales: uint8 [E, N, ceil(K/32)] E8M0.
     k:      the row length K (default: 2 * blocks.shape[-1]).
+    layout: "v5" (every variant) or "v6" (the v6 mt.dot variants; needs every finite scale byte <= FOLD_MAX_SCALE,
+            raises otherwise: such experts keep "v5"), or "auto": "v6" where the scales allow it, else "v5".
+            See PreparedExperts; moe_decode picks its default variant by the layout.
     Works on whatever device the tensors are on, `experts_per_chunk` experts at a time to bound temporary memory.
     """
+    if layout == "auto":
+        finite = scales.masked_fill(scales == mxfp4.E8M0_NAN, 0)
+        layout = "v6" if not finite.numel() or int(finite.amax()) <= FOLD_MAX_SCALE else "v5"
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS} or 'auto', got {layout!r}")
     if blocks.dim() == 4:
         blocks = blocks.reshape(blocks.shape[0], blocks.shape[1], -1)
     if blocks.dtype != torch.uint8 or scales.dtype != torch.uint8:
@@ -207,11 +251,22 @@ def prepare_experts(blocks: torch.Tensor, scales: torch.Tensor, k: int | None = 
     out = torch.empty((E, N, nb * BLOCK_BYTES), dtype=torch.uint8, device=blocks.device)
     max_finite = torch.zeros((), dtype=torch.uint8, device=scales.device)
     for e0 in range(0, E, experts_per_chunk):
-        out[e0:e0 + experts_per_chunk] = _permute_blocks(blocks[e0:e0 + experts_per_chunk], nb)
         chunk = scales[e0:e0 + experts_per_chunk]
         finite = chunk.masked_fill(chunk == mxfp4.E8M0_NAN, 0)  # 0xFF is NaN, not a large scale
         max_finite = torch.maximum(max_finite, finite.amax()) if finite.numel() else max_finite
-    return PreparedExperts(out, scales.contiguous(), k, int(max_finite))  # one host sync, offline
+        if layout == "v6":
+            out[e0:e0 + experts_per_chunk] = _pack_blocks_v6(blocks[e0:e0 + experts_per_chunk], nb,
+                                                             chunk == mxfp4.E8M0_NAN)
+        else:
+            out[e0:e0 + experts_per_chunk] = _permute_blocks(blocks[e0:e0 + experts_per_chunk], nb)
+    max_finite = int(max_finite)  # one host sync, offline
+    if layout == "v6":
+        if max_finite > FOLD_MAX_SCALE:
+            raise ValueError(f"layout 'v6' stores the scales biased by 126 (bf16 2**(s - 1)), which needs every "
+                             f"finite scale byte <= {FOLD_MAX_SCALE}; these experts have {max_finite}: use 'v5'")
+        biased = torch.where(scales == mxfp4.E8M0_NAN, scales, scales + V6_SCALE_BIAS)
+        return PreparedExperts(out, biased.contiguous(), k, max_finite, "v6")
+    return PreparedExperts(out, scales.contiguous(), k, max_finite)
 
 
 def _permute_blocks(blocks: torch.Tensor, nb: int) -> torch.Tensor:
@@ -223,8 +278,65 @@ def _permute_blocks(blocks: torch.Tensor, nb: int) -> torch.Tensor:
     return (halves[..., 0, :] | (halves[..., 1, :] << 4)).reshape(*blocks.shape[:2], nb * BLOCK_BYTES)
 
 
+# The v6 layout (PreparedExperts.layout): where each code bit of a block's elements lives in its 4-byte words.
+# Word w of a block holds four bf16 pairs o = 0..3, pair o = elements 8 o + 2 w + h (h = 0 in the low 16 bits of
+# the pair, h = 1 in the high): V6_SOURCE_BITS[o][h][c] is the word bit of code bit c (0 = M, 1, 2 = the exponent
+# E, 3 = the sign) of element 8 o + 2 w + h. So pair o of the block's 4 words is the o-th 16 bytes of the vector's
+# 32 elements, in register order: one mma takes words 2 m, 2 m + 1 against vector registers 2 m, 2 m + 1 of one
+# 16-byte load, an aligned register pair (no moves). The kernel extracts pair o as (e2m1_v6_word_to_bf16_pairs)
+#   o = 0: x & V6_MASK                     o = 1: rotl(x, 10) & V6_MASK            o = 2: rotl(x, 13) & V6_MASK
+#   o = 3: ((x & 0x001B001B) * 0x1084) & V6_MASK   (one multiply shifts the bits by 2, 7 and 12 at once)
+# i.e. each bf16 gets E E M at bits 8..6 and the sign at 15 (value * 2**-126, as e2m1_word_pairs_to_bf16 builds
+# it): 8 instructions for 8 weights instead of the v5 layout's 13. The three bit sets of o = 0..2 are translates of
+# the bf16 pattern {6, 7, 8, 15} (mod 16); they cannot tile all 16 bits (no 4 translates do), so o = 3 takes the
+# rest, {0, 1, 3, 4}, by the multiply (checked over every code in tests). Adjacent elements in a pair let the
+# vector operand use its loaded bf16 pairs as they are (no PRMT), and each pair's K columns follow the weights'.
+V6_MASK = 0x81C081C0
+V6_SCALE_BIAS = 126  # v6 scale bytes hold s + 126: bf16 bits (b << 7) = 2**(s - 1), the scale with the 2**126 bias
+_BF16_BITS = (6, 7, 8, 15)  # where code bits M, E0, E1, S go in a bf16 (E2M1 value * 2**-126)
+_V6_O3_BITS = (4, 0, 1, 3)  # o = 3: code bits M, E0, E1, S at these bits of each half (shifted by 2, 7, 7, 12)
+_V6_ROTATE = (0, 10, 13)  # o = 0, 1, 2: the pair is rotl(x, r) & V6_MASK
+V6_SOURCE_BITS = tuple(
+    tuple(tuple((16 * h + _BF16_BITS[c] - _V6_ROTATE[o]) % 32 if o < 3 else 16 * h + _V6_O3_BITS[c]
+                for c in range(4)) for h in range(2)) for o in range(4))
+LAYOUTS = ("v5", "v6")
+
+
+def _pack_blocks_v6(blocks: torch.Tensor, nb: int, nan_blocks: torch.Tensor) -> torch.Tensor:
+    """[e, N, bytes] natural packing -> [e, N, nb * 16] in the v6 layout (V6_SOURCE_BITS), the codes of blocks with
+    a NaN scale set to 0 (the kernel's inf scale times +0 gives the spec's NaN for every element of the block)."""
+    pad = nb * BLOCK_BYTES - blocks.shape[2]
+    b = torch.nn.functional.pad(blocks, (0, pad)).reshape(*blocks.shape[:2], nb, BLOCK_BYTES)
+    codes = torch.stack([b & 0x0F, b >> 4], dim=-1).reshape(*blocks.shape[:2], nb, 4, 4, 2)  # [.., o, w, h]
+    codes = codes.masked_fill(nan_blocks[..., None, None, None], 0).to(torch.int64).transpose(-3, -2)  # [.., w, o, h]
+    words = torch.zeros(codes.shape[:-2], dtype=torch.int64, device=blocks.device)  # [e, N, nb, 4]
+    for o in range(4):
+        for h in range(2):
+            for c in range(4):
+                words |= ((codes[..., o, h] >> c) & 1) << V6_SOURCE_BITS[o][h][c]
+    out = torch.stack([(words >> (8 * i)) & 0xFF for i in range(4)], dim=-1).to(torch.uint8)  # little endian
+    return out.reshape(*blocks.shape[:2], nb * BLOCK_BYTES)
+
+
+def _unpack_blocks_v6(blocks: torch.Tensor) -> torch.Tensor:
+    """The codes [..., nb * 32] (natural order) of v6-layout blocks [..., nb * 16] (the inverse of _pack_blocks_v6
+    on blocks whose scale is not NaN)."""
+    b = blocks.reshape(*blocks.shape[:-1], -1, 4, 4).to(torch.int64)  # [.., nb, w, byte]
+    words = sum(b[..., i] << (8 * i) for i in range(4))  # [.., nb, w]
+    codes = torch.zeros((*words.shape, 4, 2), dtype=torch.int64, device=blocks.device)
+    for o in range(4):
+        for h in range(2):
+            for c in range(4):
+                codes[..., o, h] |= ((words >> V6_SOURCE_BITS[o][h][c]) & 1) << c
+    return codes.transpose(-3, -2).reshape(*blocks.shape[:-1], -1).to(torch.uint8)  # [.., nb, o, w, h]
+
+
 def dequantize_prepared(w: PreparedExperts, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The exact weights [E, N, K] a PreparedExperts holds (the inverse of prepare_experts, for tests)."""
+    if w.layout == "v6":
+        codes = _unpack_blocks_v6(w.blocks)[..., :w.k]
+        scales = torch.where(w.scales == mxfp4.E8M0_NAN, w.scales, w.scales - V6_SCALE_BIAS)
+        return mxfp4.dequantize(mxfp4.pack_codes(codes), scales, w.k, dtype)
     b = w.blocks.reshape(w.num_experts, w.rows, w.row_blocks, BLOCK_BYTES)
     codes = torch.cat([b & 0x0F, b >> 4], dim=-1).reshape(w.num_experts, w.rows, -1)[..., :w.k]
     return mxfp4.dequantize(mxfp4.pack_codes(codes), w.scales, w.k, dtype)
@@ -303,6 +415,97 @@ def e2m1_word_pairs_to_bf16(x, BIASED):
         w_lo = w_lo * bias
         w_hi = w_hi * bias
     return w_lo, w_hi
+
+
+@mt.func
+def e2m1_v6_word_to_bf16_pairs(x):
+    """v6-layout words [..., n] (uint32; PreparedExperts.layout "v6", V6_SOURCE_BITS) -> the bf16 pairs o = 0..3,
+    each [..., n, 2] = elements (8 o + 2 w, 8 o + 2 w + 1) of word w as value * 2**-126 (exact bf16, codes 0 / 1
+    subnormal: the folded scale carries the 2**126). 8 instructions per word: and; rotate (SHF) + and, twice; and,
+    multiply, and (the multiply moves the last pair's bits by 2, 7 and 12 at once, without carries)."""
+    p0 = x & 0x81C081C0
+    p1 = ((x << 10) | (x >> 22)) & 0x81C081C0
+    p2 = ((x << 13) | (x >> 19)) & 0x81C081C0
+    p3 = ((x & 0x001B001B) * 0x1084) & 0x81C081C0
+    return (mt.bitcast_split(p0, mt.bfloat16), mt.bitcast_split(p1, mt.bfloat16),
+            mt.bitcast_split(p2, mt.bfloat16), mt.bitcast_split(p3, mt.bfloat16))
+
+
+@mt.func
+def e8m0_v6_to_bf16_pair(b):
+    """v6 scale bytes (s + 126; 0xFF for NaN) [...] -> bf16 pairs [..., 2] of 2**(s - 1) twice: bits b << 7 in both
+    halves of a word, one multiply (b * (2**7 + 2**23)), a pair operand of the packed multiply as it is. 0xFF gives
+    +inf: the layout zeroes that block's codes, so inf * 0 = NaN for each of its weights (the spec's NaN block)."""
+    return mt.bitcast_split(b.to(mt.uint32) * 0x00800080, mt.bfloat16)
+
+
+@mt.func
+def fragment_b_v6(v, NT, H):
+    """The B operand [32 H, NT] for pair o of the v6 words, from the o-th 16 bytes of each block's 32 vector
+    elements, loaded as [H, NT, 4, 8] (element 8 o + e of block (h, t) of vector n, one 16-byte load per lane and
+    h): element 8 o + 2 w + p at column 32 h + 8 w + 2 t + p, the K order of fragment_a_words. A rename: mma m
+    takes loaded registers 2 m and 2 m + 1."""
+    return mt.trans(v.reshape((H, NT, 4, 4, 2)), 0, 3, 2, 4, 1).reshape((H * 32, NT))
+
+
+@mt.func
+def dot_v6(acc, a0, a1, a2, a3, v0, v1, v2, v3, NT, H):
+    """The four dots of a v6 step: pair o of every word against the o-th 16 bytes of the vector's blocks."""
+    acc = mt.dot(a0, fragment_b_v6(v0, NT, H), acc)
+    acc = mt.dot(a1, fragment_b_v6(v1, NT, H), acc)
+    acc = mt.dot(a2, fragment_b_v6(v2, NT, H), acc)
+    acc = mt.dot(a3, fragment_b_v6(v3, NT, H), acc)
+    return acc
+
+
+@mt.func
+def load_vector_v6(v_at, v_ok, k, K, FULL_STEPS, V_UNMASKED):
+    """The four 16-byte slices o = 0..3 ([H, NT, 4, 8] each: elements 8 o .. 8 o + 7 of each block) at v_at + 8 o
+    (separate loads: the constant offsets fold into the load instructions' immediates)."""
+    if FULL_STEPS:
+        v0 = load_masked(v_at, v_ok, V_UNMASKED)
+        v1 = load_masked(v_at + 8, v_ok, V_UNMASKED)
+        v2 = load_masked(v_at + 16, v_ok, V_UNMASKED)
+        v3 = load_masked(v_at + 24, v_ok, V_UNMASKED)
+    else:
+        v0 = mt.load(v_at, mask=v_ok & (k < K), other=0)
+        v1 = mt.load(v_at + 8, mask=v_ok & (k + 8 < K), other=0)
+        v2 = mt.load(v_at + 16, mask=v_ok & (k + 16 < K), other=0)
+        v3 = mt.load(v_at + 24, mask=v_ok & (k + 24 < K), other=0)
+    return v0, v1, v2, v3
+
+
+@mt.func
+def _dot_step_v6(acc, q, blk, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K, part_stride, ROWS, NT, H,
+                 VMODE, FULL_STEPS, UNMASKED, V_UNMASKED):
+    """One K step of stream_rows_dot on the v6 layout (words, bias folded into the biased scale bytes): the words
+    q [H, R, 4, 4] of blocks blk ([H, 4]) give four bf16 pair tiles (e2m1_v6_word_to_bf16_pairs), each scaled and
+    fed as an A operand; the vectors are loaded as four [H, NT, 4, 8] slices (load_vector_v6) and used in place.
+    VMODE 0: bf16 vector; 1: f32 (split into bf16 hi + lo here); 2: bf16 hi and lo parts (part_stride)."""
+    s_ok = live1[None, :, None] & (blk < row_blocks)[:, None, :]
+    s_bytes = load_masked(ws_ptr + s_row[None, :, None] + blk[:, None, :], s_ok, UNMASKED)
+    scale = e8m0_v6_to_bf16_pair(s_bytes)[:, :, :, None, :]
+    w0, w1, w2, w3 = e2m1_v6_word_to_bf16_pairs(q.to(mt.uint32, bitcast=True))
+    a0 = fragment_a_words(w0 * scale, ROWS, H)
+    a1 = fragment_a_words(w1 * scale, ROWS, H)
+    a2 = fragment_a_words(w2 * scale, ROWS, H)
+    a3 = fragment_a_words(w3 * scale, ROWS, H)
+    k = (blk * 32)[:, None, :, None] + mt.arange(0, 8)[None, None, None, :]  # [H, 1, 4, 8]
+    v_at = v_ptr + v_row[None, :, None, None] + k
+    ok = v_ok[None, :, None, None]
+    v0, v1, v2, v3 = load_vector_v6(v_at, ok, k, K, FULL_STEPS, V_UNMASKED)
+    if VMODE == 1:  # f32 vector: bf16 hi part + bf16 rest, split here
+        t0, t1, t2, t3 = v0.to(mt.bfloat16), v1.to(mt.bfloat16), v2.to(mt.bfloat16), v3.to(mt.bfloat16)
+        acc = dot_v6(acc, a0, a1, a2, a3, t0, t1, t2, t3, NT, H)
+        acc = dot_v6(acc, a0, a1, a2, a3, (v0 - t0.to(mt.float32)).to(mt.bfloat16),
+                     (v1 - t1.to(mt.float32)).to(mt.bfloat16), (v2 - t2.to(mt.float32)).to(mt.bfloat16),
+                     (v3 - t3.to(mt.float32)).to(mt.bfloat16), NT, H)
+    else:
+        acc = dot_v6(acc, a0, a1, a2, a3, v0, v1, v2, v3, NT, H)
+    if VMODE == 2:  # the lo part of an f32 vector split once by its producer
+        v0, v1, v2, v3 = load_vector_v6(v_at + part_stride, ok, k, K, FULL_STEPS, V_UNMASKED)
+        acc = dot_v6(acc, a0, a1, a2, a3, v0, v1, v2, v3, NT, H)
+    return acc
 
 
 @mt.func
@@ -400,7 +603,7 @@ def load_weight_step(wq_ptr, ws_ptr, q_row, s_row, live, kb, lane_block, j, row_
 @mt.func
 def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks, part_stride,
                 ROWS, TEAMS, NT, BLOCKS, USE_DOT, VMODE, FULL_STEPS, PAIRS=False, PREFETCH=1,
-                WORDS=False, FOLD_BIAS=False, WORD_ORDER=False, V_MASKED=False, UNROLL_TAIL=-1):
+                WORDS=False, FOLD_BIAS=False, WORD_ORDER=False, V_MASKED=False, UNROLL_TAIL=-1, LAYOUT6=False):
     """acc[r, t, s] = sum_{k < K} W[row[r, t], k] * v[v_index[t, s] * v_stride + k] for the weight rows `row` (i64
     [R, T], rows of `row_blocks` MX blocks) where `live`, and the vector rows `v_index` (i32 [T, NT]) where `v_live`.
     v_stride (a multiple of 16 in the AOT signatures) multiplies the row index *after* any per-slot pick, so the
@@ -418,11 +621,12 @@ def stream_rows(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, 
     dots per step, no byte permutes on the weights. V_MASKED (mt.dot only): the vector loads keep their per-slot
     masks on whole steps too, so dead slots (most of NT = 8 at K3 batches up to 64: about 1.1 pairs per item) read
     nothing, at the price of predicated loads into zeroed registers. UNROLL_TAIL (mt.dot, PREFETCH 2, FULL_STEPS;
-    -1: off): the K loop unrolled by 3 with (row_blocks / BLOCKS) % 3 = UNROLL_TAIL steps after it."""
+    -1: off): the K loop unrolled by 3 with (row_blocks / BLOCKS) % 3 = UNROLL_TAIL steps after it. LAYOUT6 (mt.dot,
+    WORDS): the weights and scales are in the v6 layout (`_dot_step_v6`; the bias is folded by the layout)."""
     if USE_DOT:
         result = stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                                  part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS, PAIRS, PREFETCH,
-                                 WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL).reshape((ROWS, 1, NT))
+                                 WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL, LAYOUT6).reshape((ROWS, 1, NT))
     else:
         result = stream_rows_fma(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                                  ROWS, TEAMS, NT, BLOCKS, FULL_STEPS)
@@ -535,9 +739,24 @@ def load_masked(at, ok, UNMASKED):
 
 @mt.func
 def _dot_step(acc, q, blk, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K, part_stride, jh, jl, ROWS, NT, H,
-              JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED):
+              JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED, LAYOUT6):
     """One K step of stream_rows_dot: the weight words / bytes q of blocks blk ([H, 4]) dequantized with their
-    scales (loaded here), the vector slices loaded, the dots accumulated into acc [ROWS, NT]."""
+    scales (loaded here), the vector slices loaded, the dots accumulated into acc [ROWS, NT]. LAYOUT6: the words
+    are in the v6 layout (`_dot_step_v6`), else the v5 one (`_dot_step_v5`)."""
+    if LAYOUT6:
+        acc = _dot_step_v6(acc, q, blk, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K, part_stride, ROWS,
+                           NT, H, VMODE, FULL_STEPS, UNMASKED, V_UNMASKED)
+    else:
+        acc = _dot_step_v5(acc, q, blk, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K, part_stride, jh,
+                           jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS, WORD_ORDER,
+                           UNMASKED, V_UNMASKED)
+    return acc
+
+
+@mt.func
+def _dot_step_v5(acc, q, blk, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K, part_stride, jh, jl, ROWS, NT,
+                 H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED):
+    """_dot_step on the v5 layout (and the v3 / v4 forms of it)."""
     s_ok = live1[None, :, None] & (blk < row_blocks)[:, None, :]
     s_bytes = load_masked(ws_ptr + s_row[None, :, None] + blk[:, None, :], s_ok, UNMASKED)
     if WORD_ORDER:  # pairs straight from the nibble positions of each word: 4 dots in the words' K order
@@ -616,7 +835,7 @@ def _dot_step(acc, q, blk, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok,
 @mt.func
 def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live, K, row_blocks,
                     part_stride, ROWS, NT, BLOCKS, VMODE, FULL_STEPS, PAIRS, PREFETCH,
-                    WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL=-1):
+                    WORDS, FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL=-1, LAYOUT6=False):
     """stream_rows on tensor cores (TEAMS == 1, ROWS a multiple of 16, BLOCKS of 4): acc [R, NT] with mt.dot.
 
     Each step reads BLOCKS blocks of every row as a [H, R, 4, 16] byte tile, H = BLOCKS / 4: byte j of block
@@ -680,28 +899,28 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
         for kb in range(0, row_blocks - UNROLL_TAIL * BLOCKS, 3 * BLOCKS):
             acc = _dot_step(acc, q_a, kb + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K,
                             part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS,
-                            WORD_ORDER, UNMASKED, V_UNMASKED)
+                            WORD_ORDER, UNMASKED, V_UNMASKED, LAYOUT6)
             q_a = load_fragment_bytes(wq_ptr, q_row, live1, mt.minimum(kb + 3 * BLOCKS, last) + blk_ht, j,
                                       row_blocks, FULL_STEPS, UNIT, UNMASKED)
             acc = _dot_step(acc, q_b, kb + BLOCKS + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok,
                             K, part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS,
-                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED)
+                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED, LAYOUT6)
             q_b = load_fragment_bytes(wq_ptr, q_row, live1, mt.minimum(kb + 4 * BLOCKS, last) + blk_ht, j,
                                       row_blocks, FULL_STEPS, UNIT, UNMASKED)
             acc = _dot_step(acc, q_c, kb + 2 * BLOCKS + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row,
                             v_ok, K, part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS,
-                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED)
+                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED, LAYOUT6)
             q_c = load_fragment_bytes(wq_ptr, q_row, live1, mt.minimum(kb + 5 * BLOCKS, last) + blk_ht, j,
                                       row_blocks, FULL_STEPS, UNIT, UNMASKED)
         tail = row_blocks - UNROLL_TAIL * BLOCKS
         if UNROLL_TAIL >= 1:
             acc = _dot_step(acc, q_a, tail + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K,
                             part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS,
-                            WORD_ORDER, UNMASKED, V_UNMASKED)
+                            WORD_ORDER, UNMASKED, V_UNMASKED, LAYOUT6)
         if UNROLL_TAIL == 2:
             acc = _dot_step(acc, q_b, tail + BLOCKS + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok,
                             K, part_stride, jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS,
-                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED)
+                            FOLD_BIAS, WORD_ORDER, UNMASKED, V_UNMASKED, LAYOUT6)
         return acc
     for kb in range(0, row_blocks, BLOCKS):
         q = q_next
@@ -718,7 +937,7 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
                                          UNMASKED)
         acc = _dot_step(acc, q, kb + blk_ht, live1, row_blocks, s_row, ws_ptr, v_ptr, v_row, v_ok, K, part_stride,
                         jh, jl, ROWS, NT, H, JH, JL, VMODE, FULL_STEPS, PAIRS, WORDS, FOLD_BIAS, WORD_ORDER,
-                        UNMASKED, V_UNMASKED)
+                        UNMASKED, V_UNMASKED, LAYOUT6)
     return acc
 
 
@@ -733,7 +952,7 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
                    H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
                    PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
                    WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False,
-                   H_BF16: mt.constexpr = False, UNROLL_TAIL: mt.constexpr = -1):
+                   H_BF16: mt.constexpr = False, UNROLL_TAIL: mt.constexpr = -1, LAYOUT6: mt.constexpr = False):
     """h[p, i] = silu(gate_i . x) * (up_i . x) for every routed pair p = b * topk + j, in fp32; with H_PARTS as
     bf16 parts instead, h_ptr[0, p, i] = bf16(h) and h_ptr[1, p, i] = bf16(h - bf16(h)) (what the mt.dot down
     kernel feeds its tensor cores: split once here rather than by each of its programs).
@@ -759,7 +978,7 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], x_ptr,
                           mt.where(pair_ok, pair, 0) // topk, D, pair_ok, D, row_blocks, 0, ROWS, TEAMS, NT,
                           BLOCKS, USE_DOT, 0, FULL_STEPS, PAIRS, PREFETCH, WORDS, FOLD_BIAS,
-                          WORD_ORDER, V_MASKED, UNROLL_TAIL)
+                          WORD_ORDER, V_MASKED, UNROLL_TAIL, LAYOUT6)
         acc = acc.reshape((HALF, 2, TEAMS, NT))
         gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=1)
         up = mt.sum(mt.where(is_gate, 0.0, acc), axis=1)
@@ -784,7 +1003,7 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
                 H_PARTS: mt.constexpr = False, PAIRS: mt.constexpr = False,
                    PREFETCH: mt.constexpr = 1, WORDS: mt.constexpr = False, FOLD_BIAS: mt.constexpr = False,
                    WORD_ORDER: mt.constexpr = False, V_MASKED: mt.constexpr = False,
-                   H_BF16: mt.constexpr = False, UNROLL_TAIL: mt.constexpr = -1):
+                   H_BF16: mt.constexpr = False, UNROLL_TAIL: mt.constexpr = -1, LAYOUT6: mt.constexpr = False):
     """out[b, d] = sum_j w[b, j] * (W2[e_bj, d] . h[b * topk + j]) with the weighted combine fused (h fp32, or with
     H_PARTS (mt.dot only) gate_up's bf16 parts [2, pairs, I]): the program keeps
     a [ROWS, BT] fp32 accumulator (rows x tokens) over its work items and writes each output once. With an item
@@ -805,7 +1024,7 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
         acc = stream_rows(wq_ptr, ws_ptr, row, row_ok[:, None] & item_ok[None, :], h_ptr,
                           mt.where(pair_ok, pair, 0), I, pair_ok, I, row_blocks, n_pairs * I, ROWS, TEAMS, NT,
                           BLOCKS, USE_DOT, 0 if H_BF16 else (2 if H_PARTS else 1), FULL_STEPS, PAIRS, PREFETCH, WORDS,
-                          FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL)
+                          FOLD_BIAS, WORD_ORDER, V_MASKED, UNROLL_TAIL, LAYOUT6)
         weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
         mine = ((pair // topk)[:, :, None] == token[None, None, :]) & pair_ok[:, :, None]  # [T, NT, BT]
         contrib = mt.where(mine[None, :, :, :], (acc * weight[None, :, :])[:, :, :, None], 0.0)
@@ -996,6 +1215,7 @@ class KernelConfig:
     v_masked: bool = False  # mt.dot only: dead vector slots read nothing (masked loads; stream_rows V_MASKED)
     h_bf16: bool = False  # gate_up, mt.dot only: h as one bf16 part [P, I] (peers' precision), not hi + lo parts
     unroll: bool = False  # prefetch 2 on whole steps: the K loop unrolled by 3, no step-buffer rotation (UNROLL_TAIL)
+    layout: str = "v5"  # the PreparedExperts layout it reads; "v6": words, bias folded by the layout (LAYOUT6)
 
 
 def pick_teams(row_blocks: int, items_hint: int) -> int:
@@ -1091,6 +1311,11 @@ def _check_config(config: KernelConfig) -> None:
         raise ValueError("config.v_masked and config.h_bf16 are for the mt.dot path")
     if config.splits is not None and config.splits < 1:
         raise ValueError(f"config.splits must be at least 1, got {config.splits}")
+    if config.layout not in LAYOUTS:
+        raise ValueError(f"config.layout must be one of {LAYOUTS}, got {config.layout!r}")
+    if config.layout == "v6" and not (config.use_dot and config.words and not config.word_order
+                                      and config.fold_bias is not False):
+        raise ValueError("config.layout 'v6' is for the mt.dot path with words (its own K order, bias folded)")
 
 
 # ------------------------------------------------------------------------------------------ host API
@@ -1116,7 +1341,13 @@ def _weight_operand(w: PreparedExperts, config: KernelConfig) -> torch.Tensor:
 
 
 def _fold_bias(w: PreparedExperts, config: KernelConfig) -> bool:
-    """Whether this launch folds the dequant bias into the scale (pairs path; see FOLD_MAX_SCALE)."""
+    """Whether this launch folds the dequant bias into the scale (pairs path; see FOLD_MAX_SCALE). The v6 layout
+    always does (its scale bytes are stored biased)."""
+    if w.layout != config.layout:
+        raise ValueError(f"the experts are in layout {w.layout!r}, the kernel config reads {config.layout!r} "
+                         f"(prepare_experts(..., layout={config.layout!r}), or a variant of layout {w.layout!r})")
+    if config.layout == "v6":
+        return True
     if not config.pairs or config.fold_bias is False:
         return False
     if config.fold_bias and not w.folds_bias:
@@ -1128,6 +1359,31 @@ def _fold_bias(w: PreparedExperts, config: KernelConfig) -> bool:
 def _check_experts(w: PreparedExperts, name: str) -> None:
     if not isinstance(w, PreparedExperts):
         raise TypeError(f"{name} must come from prepare_experts(), got {type(w).__name__}")
+
+
+def _dot_meta(w: PreparedExperts, config: KernelConfig) -> dict:
+    """The constexprs of the inner-product form, shared by both kernels."""
+    return dict(ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, USE_DOT=config.use_dot,
+                FULL_STEPS=_full_steps(w, config), PAIRS=config.pairs, PREFETCH=config.prefetch,
+                WORDS=config.words, FOLD_BIAS=_fold_bias(w, config), WORD_ORDER=config.word_order,
+                V_MASKED=config.v_masked, UNROLL_TAIL=_unroll_tail(w, config), LAYOUT6=config.layout == "v6")
+
+
+def gate_up_launch(w13: PreparedExperts, config: KernelConfig, group: int, dedup: bool, parts: bool
+                   ) -> tuple[mt.Kernel, dict]:
+    """The kernel object and constexprs (with num_warps) `gate_up` launches for these experts and config (also what
+    tools/warp_decode_ab.py --sass compiles)."""
+    meta = dict(_dot_meta(w13, config), NT=group, DEDUP=dedup, H_PARTS=parts and not config.h_bf16,
+                H_BF16=config.h_bf16, num_warps=config.num_warps)
+    return (gate_up_kernel_16 if config.min_blocks == 16 else gate_up_kernel), meta
+
+
+def down_launch(w2: PreparedExperts, config: KernelConfig, group: int, dedup: bool, batch: int, parts: bool,
+                h_bf16: bool) -> tuple[mt.Kernel, dict]:
+    """The kernel object and constexprs (with num_warps) `down` launches: h as bf16 parts, one bf16 part or fp32."""
+    meta = dict(_dot_meta(w2, config), NT=group, BT=1 << (batch - 1).bit_length(), DEDUP=dedup, H_PARTS=parts,
+                H_BF16=h_bf16, num_warps=config.num_warps)
+    return (down_kernel_16 if config.min_blocks == 16 else down_kernel), meta
 
 
 def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: KernelConfig | None = None,
@@ -1153,13 +1409,7 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     programs = mt.cdiv(I, config.rows // 2)
     args = (x, routing.ids, routing.pairs, routing.first, routing.n_items, _weight_operand(w13, config), w13.scales,
             h, routing.n_pairs, routing.topk, D, I, w13.row_blocks)
-    meta = dict(ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group, DEDUP=routing.dedup,
-                USE_DOT=config.use_dot, FULL_STEPS=_full_steps(w13, config), H_PARTS=parts, H_BF16=config.h_bf16,
-                PAIRS=config.pairs,
-                PREFETCH=config.prefetch, WORDS=config.words, FOLD_BIAS=_fold_bias(w13, config),
-                WORD_ORDER=config.word_order, V_MASKED=config.v_masked, UNROLL_TAIL=_unroll_tail(w13, config),
-                num_warps=config.num_warps)
-    kernel = gate_up_kernel_16 if config.min_blocks == 16 else gate_up_kernel
+    kernel, meta = gate_up_launch(w13, config, routing.group, routing.dedup, parts)
     splits = _splits(kernel, config, programs, routing, x.device, lambda: args, meta)
     kernel[(programs, splits)](*args, **meta)
     return h
@@ -1187,13 +1437,7 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
     if (parts or h_bf16) and not config.use_dot:
         raise ValueError("h in bf16 (parts or one part) is for the mt.dot path (the CUDA-core path takes fp32 h)")
     programs = mt.cdiv(D, config.rows)
-    meta = dict(ROWS=config.rows, TEAMS=config.teams, BLOCKS=config.blocks, NT=routing.group,
-                BT=1 << (routing.batch - 1).bit_length(), DEDUP=routing.dedup, USE_DOT=config.use_dot,
-                FULL_STEPS=_full_steps(w2, config), H_PARTS=parts, H_BF16=h_bf16, PAIRS=config.pairs,
-                PREFETCH=config.prefetch,
-                WORDS=config.words, FOLD_BIAS=_fold_bias(w2, config), WORD_ORDER=config.word_order,
-                V_MASKED=config.v_masked, UNROLL_TAIL=_unroll_tail(w2, config),
-                num_warps=config.num_warps)
+    kernel, meta = down_launch(w2, config, routing.group, routing.dedup, routing.batch, parts, h_bf16)
 
     def args_with(out: torch.Tensor) -> tuple:
         return (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
@@ -1201,7 +1445,6 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
                 w2.row_blocks)
 
     # The split is sized on the fp32-partials variant (a single split writes out_dtype: the same kernel otherwise).
-    kernel = down_kernel_16 if config.min_blocks == 16 else down_kernel
     probe = lambda: args_with(torch.empty((1, routing.batch, D), dtype=torch.float32, device=h.device))
     splits = _splits(kernel, config, programs, routing, h.device, probe, meta)
     out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
@@ -1244,8 +1487,9 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     out_dtype:    bf16 (default), or fp32 to see the result before the output rounding.
     use_dot:      force the mt.dot (True) or CUDA-core (False) inner products; default: mt.dot from B = 2.
     dedup:        group pairs by expert so shared experts are read once; default: when B > 1 or on mt.dot.
-    variant:      the mt.dot path's variant, a key of DOT_VARIANTS (default `default_variant(B, h_precision)`);
-                  a named variant decides the intermediate precision itself.
+    variant:      the mt.dot path's variant, a key of DOT_VARIANTS (default `default_variant(B, h_precision,
+                  w13.layout)`); a named variant decides the intermediate precision itself, and must read the
+                  experts' layout (variant_layout; w13 and w2 prepared with the same layout).
     h_precision:  the intermediate h = silu(gate) * up between the two kernels on the mt.dot path: "bf16"
                   (default; rounded once, relative error ~1e-3 against float64, as triton_kernels) or "fp32"
                   (two bf16 parts, ~1e-5; about 10-20% slower). The CUDA-core path keeps h in fp32 either way.
@@ -1255,8 +1499,11 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup)
     if variant is not None and variant not in DOT_VARIANTS:
         raise ValueError(f"variant must be one of {sorted(DOT_VARIANTS)}, got {variant!r}")
-    default = default_variant(routing.batch, h_precision)  # checks h_precision even when a variant is named
+    default = default_variant(routing.batch, h_precision, w13.layout)  # checks h_precision even when one is named
     variant = variant or default
+    if use_dot and variant_layout(variant) != w13.layout:
+        raise ValueError(f"variant {variant!r} reads layout {variant_layout(variant)!r}; the experts are in "
+                         f"{w13.layout!r} (prepare_experts(..., layout=...))")
     c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
     c2 = pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
     h = gate_up(x, routing, w13, c13, parts=use_dot)
@@ -1282,6 +1529,8 @@ def _check_inputs(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.T
                          f"w2 [E={w2.num_experts}, {w2.rows}, {w2.k}] (need [E, 2I, D] and [E, D, I])")
     if not 1 <= B <= MAX_BATCH:
         raise ValueError(f"batch must be in [1, {MAX_BATCH}], got {B}")
+    if w13.layout != w2.layout:
+        raise ValueError(f"w13 and w2 must share a layout, got {w13.layout!r} and {w2.layout!r}")
     if x.device.type == "cpu" and topk_ids.numel() and (int(topk_ids.min()) < 0 or int(topk_ids.max()) >= E):
         raise ValueError(f"topk_ids must lie in [0, {E})")  # checked only on CPU: on the GPU it would sync
 

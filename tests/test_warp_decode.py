@@ -76,8 +76,9 @@ class Problem:
         self.ids = ids.to(torch.int32)
         self.weights = torch.rand(self.ids.shape, generator=gen) + 0.1
 
-    def prepare(self) -> tuple[wd.PreparedExperts, wd.PreparedExperts]:
-        return (wd.prepare_experts(self.b13, self.s13, self.D), wd.prepare_experts(self.b2, self.s2, self.I))
+    def prepare(self, layout: str = "v5") -> tuple[wd.PreparedExperts, wd.PreparedExperts]:
+        return (wd.prepare_experts(self.b13, self.s13, self.D, layout=layout),
+                wd.prepare_experts(self.b2, self.s2, self.I, layout=layout))
 
     def reference(self) -> tuple[torch.Tensor, torch.Tensor]:
         return wd.reference(self.x, self.ids, self.weights, (self.b13, self.s13), (self.b2, self.s2),
@@ -276,6 +277,112 @@ def test_pairs_dequant_is_bit_exact_interpreted_and_as_ptx(fold: bool) -> None:
             assert torch.equal(got[ok].view(torch.int16), want[ok].view(torch.int16))
 
 
+@mt.kernel
+def v6_dequant_probe(q_ptr, s_ptr, out_ptr, N: mt.constexpr):
+    """The v6 dequant of N words (e2m1_v6_word_to_bf16_pairs times e8m0_v6_to_bf16_pair), each word with the scale
+    byte at its own position: out[i, o, h] = element 8 o + 2 w + h of word i (bf16), as the kernels build it."""
+    i = mt.arange(0, N)
+    x = mt.load(q_ptr + i).to(mt.uint32, bitcast=True)
+    scale = wd.e8m0_v6_to_bf16_pair(mt.load(s_ptr + i))
+    w0, w1, w2, w3 = wd.e2m1_v6_word_to_bf16_pairs(x)
+    at = out_ptr + 8 * i[:, None] + mt.arange(0, 2)[None, :]
+    mt.store(at, w0 * scale)
+    mt.store(at + 2, w1 * scale)
+    mt.store(at + 4, w2 * scale)
+    mt.store(at + 6, w3 * scale)
+
+
+def v6_probe_words(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random natural-layout blocks (every code at every element position many times), their v6 words (int32),
+    one scale byte per word (0x00, 0x80 = FOLD_MAX_SCALE and 0xFF among them), and the exact float64 values
+    [words, 8] (element 8 o + 2 w + h of the word's block, ordered (o, h)), NaN for 0xFF."""
+    blocks = torch.randint(0, 256, (64, 16), generator=gen, dtype=torch.int64).to(torch.uint8)  # 64 blocks
+    scales = torch.randint(0, wd.FOLD_MAX_SCALE + 1, (64, 1), generator=gen, dtype=torch.int64).to(torch.uint8)
+    scales[:4, 0] = torch.tensor([0, wd.FOLD_MAX_SCALE, 255, 127], dtype=torch.uint8)
+    w = wd.prepare_experts(blocks[None], scales[None], layout="v6")
+    values = mxfp4.dequantize(blocks, scales)  # [64, 32] float64
+    want = values.reshape(64, 4, 4, 2).transpose(1, 2).reshape(256, 8)  # word w: elements 8 o + 2 w + h
+    word_scales = w.scales.reshape(64, 1).repeat(1, 4).reshape(256)
+    return w.blocks.reshape(256, 4).view(torch.int32).reshape(256), word_scales, want
+
+
+def check_v6_values(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()  # the 0xFF block, whole
+    ok = ~want.isnan()
+    assert torch.equal(got[ok].view(torch.int16), want[ok].to(torch.bfloat16).view(torch.int16))  # -0.0 too
+
+
+def test_v6_dequant_is_bit_exact_interpreted_and_as_ptx() -> None:
+    """The v6 layout's dequant (and; rotate + and twice; and, multiply, and per word; the scale byte stored as
+    s + 126 and turned into a bf16 pair by one multiply): every code at every one of the 32 positions of a block,
+    with scale bytes 0x00 .. FOLD_MAX_SCALE and 0xFF, bit-exact against the float64 decode of the natural layout
+    (-0.0, subnormal products), NaN for the whole 0xFF block (its codes zeroed offline: inf * 0); interpreted and
+    replayed from the compiled PTX. A layout packed with two bits swapped must fail the same check."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from minitriton.ir.types import PointerType, ScalarType
+    words, scales, want = v6_probe_words(torch.Generator().manual_seed(21))
+    make = helpers.dsl(v6_dequant_probe, {"q_ptr": PointerType(ScalarType("i32")),
+                                          "s_ptr": PointerType(ScalarType("ui8")),
+                                          "out_ptr": PointerType(ScalarType("bf16"))},
+                       {"N": 256}, divisibility={n: 16 for n in ("q_ptr", "s_ptr", "out_ptr")}, num_warps=1)
+    args = [words, scales, torch.full((256 * 8,), float("nan"), dtype=torch.bfloat16)]
+    for out in (helpers.run_interpreted(make, (1,), args), helpers.run_simulated(make, (1,), args)):
+        check_v6_values(out[2].reshape(256, 8), want)
+
+
+def test_v6_dequant_mutation_is_caught(interpret: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: packing with the sign bits of pairs 0 and 3 exchanged gives wrong values."""
+    table = [list(map(list, o)) for o in wd.V6_SOURCE_BITS]
+    table[0][0][3], table[3][0][3] = table[3][0][3], table[0][0][3]
+    monkeypatch.setattr(wd, "V6_SOURCE_BITS", tuple(tuple(map(tuple, o)) for o in table))
+    words, scales, want = v6_probe_words(torch.Generator().manual_seed(22))
+    out = torch.full((256 * 8,), float("nan"), dtype=torch.bfloat16)
+    v6_dequant_probe[(1,)](words, scales, out, N=256)
+    with pytest.raises(AssertionError):
+        check_v6_values(out.reshape(256, 8), want)
+
+
+@pytest.mark.parametrize("k", [64, 70, 31])
+def test_prepare_experts_v6_decodes_to_the_original(k: int) -> None:
+    """The v6 layout (bit-scattered words, scales biased by 126, NaN blocks' codes zeroed) decodes to the original
+    weights, NaN blocks included; scales above FOLD_MAX_SCALE are refused (those experts keep the v5 layout)."""
+    gen = torch.Generator().manual_seed(k)
+    b, s = mxfp4.random_mxfp4((2, 5), k, gen, (0, wd.FOLD_MAX_SCALE + 1))
+    s[1, 2, 0] = 0xFF
+    w = wd.prepare_experts(b, s, k, layout="v6")
+    assert w.layout == "v6" and w.folds_bias and w.blocks.shape == (2, 5, s.shape[2] * 16)
+    assert w.scales[1, 2, 0] == 0xFF and torch.equal(w.scales[0].long(), s[0].long() + 126)
+    assert torch.equal(w.blocks.reshape(2, 5, -1, 16)[1, 2, 0], torch.zeros(16, dtype=torch.uint8))
+    got, want = wd.dequantize_prepared(w), mxfp4.dequantize(b, s, k)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+    assert wd.prepare_experts(b, s, k, layout="auto").layout == "v6"
+    s[0, 0, 0] = wd.FOLD_MAX_SCALE + 1
+    with pytest.raises(ValueError, match="v6"):
+        wd.prepare_experts(b, s, k, layout="v6")
+    assert wd.prepare_experts(b, s, k, layout="auto").layout == "v5"  # the fallback
+    with pytest.raises(ValueError, match="layout"):
+        wd.prepare_experts(b, s, k, layout="v7")
+
+
+def test_v6_variants_need_the_v6_layout(interpret: None) -> None:
+    """A variant reads one layout: mixing layouts (or the CUDA-core path on v6 experts) is refused, and moe_decode's
+    default follows the experts' layout."""
+    p = Problem(2, D=64, I=32, E=4, k=2, seed=14)
+    v5, v6 = p.prepare(), p.prepare("v6")
+    assert wd.default_variant(4, "bf16", "v6") == "v6_u3c" and wd.default_variant(4, "fp32", "v6") == "v6_u3c_fp32h"
+    assert all(wd.variant_layout(v) == "v6" for v in wd.V6_VARIANTS) and "v6_u3c" in wd.H16_VARIANTS
+    with pytest.raises(ValueError, match="layout"):
+        wd.moe_decode(p.x, p.ids, p.weights, *v5, variant="v6_u3c")
+    with pytest.raises(ValueError, match="layout"):
+        wd.moe_decode(p.x, p.ids, p.weights, *v6, variant="v5_p2")
+    with pytest.raises(ValueError, match="layout"):
+        wd.moe_decode(p.x, p.ids, p.weights, v6[0], v5[1])
+    with pytest.raises(ValueError, match="layout"):
+        wd.moe_decode(p.x, p.ids, p.weights, *v6, use_dot=False)
+    ref, _ = p.reference()
+    assert rel_err(wd.moe_decode(p.x, p.ids, p.weights, *v6, out_dtype=torch.float32), ref) <= H16_BOUND
+
+
 # ------------------------------------------------------------------------------------------ routing
 
 
@@ -371,9 +478,9 @@ def check_decode(p: Problem, use_dot: bool, dedup: bool | None = None, variant: 
                  ) -> tuple[float, float]:
     """Run both stages and the composed call (the mt.dot path as `variant`); assert the bounds; return (h error,
     fp32 output error)."""
-    w13, w2 = p.prepare()
-    ref_out, ref_h = p.reference()
     variant = variant or wd.DEFAULT_DOT_VARIANT  # the fp32-h path (the bf16-h default: test_h_in_one_bf16_part)
+    w13, w2 = p.prepare(wd.variant_layout(variant) if use_dot else "v5")
+    ref_out, ref_h = p.reference()
     routing, use_dot = wd.plan_routing(p.ids, p.weights, use_dot, dedup)
     cfg13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
     cfg2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
@@ -432,7 +539,7 @@ def test_h_in_one_bf16_part(interpret: None, variant: str) -> None:
     (VMODE 0). Against the float64 reference: h is the fp32 path's h rounded once to bf16, the output within
     H16_BOUND; and the output agrees with the CUDA-core down kernel fed that same rounded h (in fp32)."""
     p = Problem(5, D=768, I=64, E=4, k=2, seed=72)
-    w13, w2 = p.prepare()
+    w13, w2 = p.prepare(wd.variant_layout(variant))
     ref_out, ref_h = p.reference()
     routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=True)
     c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, True, variant)
@@ -444,9 +551,9 @@ def test_h_in_one_bf16_part(interpret: None, variant: str) -> None:
     assert rel_err(h, ref_h) <= 2**-9 + BOUND_DOT
     out = wd.down(h, routing, w2, torch.float32, c2)
     assert rel_err(out, ref_out) <= H16_BOUND
-    fp32_h = wd.down(h.float(), routing, w2, torch.float32, dataclasses.replace(c2, use_dot=False, teams=1,
-                     blocks=32, num_warps=8, pairs=False, prefetch=1, words=False, fold_bias=None,
-                     word_order=False, min_blocks=None, rows=8, unroll=False))
+    fp32_h = wd.down(h.float(), routing, p.prepare()[1], torch.float32, dataclasses.replace(c2, use_dot=False,
+                     teams=1, blocks=32, num_warps=8, pairs=False, prefetch=1, words=False, fold_bias=None,
+                     word_order=False, min_blocks=None, rows=8, unroll=False, layout="v5"))
     assert rel_err(out, fp32_h) <= BOUND_DOT
     assert rel_err(wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant=variant), ref_out) <= BOUND_BF16_OUT
 
@@ -468,6 +575,11 @@ def test_unrolled_k_loop_is_the_same_sum(interpret: None, D: int, I: int) -> Non
                                              variant="v5_p2_lb_h16_u3c"))
     ref, _ = p.reference()
     assert rel_err(unrolled, ref) <= H16_BOUND
+    v6 = p.prepare("v6")  # the v6 kernels, rolled and unrolled: the same sums too
+    rolled6 = wd.moe_decode(p.x, p.ids, p.weights, *v6, out_dtype=torch.float32, variant="v6_lb_h16")
+    assert torch.equal(rolled6, wd.moe_decode(p.x, p.ids, p.weights, *v6, out_dtype=torch.float32,
+                                              variant="v6_u3c"))
+    assert rel_err(rolled6, ref) <= H16_BOUND
 
 
 def test_default_variant_by_batch() -> None:
@@ -578,7 +690,7 @@ def _dot_kernel_maker(kernel, ints: dict, constexprs: dict, wq: str = "u8"):  # 
     return helpers.dsl(kernel, types, constexprs, divisibility, num_warps=1)
 
 
-@pytest.mark.parametrize("variant", ["v3", "v5", "v5_mixed"])
+@pytest.mark.parametrize("variant", ["v3", "v5", "v5_mixed", "v6_u3c_fp32h"])
 def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
     """The mt.dot kernels compiled to PTX and replayed in the simulator (mma.sync included) agree with the
     interpreter and the float64 reference (h passing between them as bf16 hi / lo parts, as in moe_decode), and
@@ -587,12 +699,14 @@ def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPa
     (the routing kernel runs interpreted). Gate/up: full steps, the prefetch clamped at the row's end; down
     (K = 48): a partial block and masked steps. For v3, v5 (weights read as int32 words, bf16 pairs straight from
     the nibble positions through mt.bitcast_split, K in the words' order, 4 dots a step, the bias folded into the
-    scale) and v5_mixed (gate_up as v5 two steps ahead, down as v4_fold: bytes, pairs through a PRMT)."""
+    scale) and v5_mixed (gate_up as v5 two steps ahead, down as v4_fold: bytes, pairs through a PRMT), and
+    v6 (the v6 layout: pairs by rotates and masks, adjacent elements, biased scale bytes; rotates as shl / shr / or
+    in the PTX, which ptxas turns into one SHF each)."""
     helpers = pytest.importorskip("ptx_helpers")
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
     D, I = 256, 48
     p = Problem(3, D=D, I=I, E=3, k=2, seed=31)
-    w13, w2 = p.prepare()
+    w13, w2 = p.prepare(wd.variant_layout(variant))
     routing, _ = wd.plan_routing(p.ids, p.weights, use_dot=True)
     ref_out, ref_h = p.reference()
     c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, True, variant)
@@ -600,7 +714,7 @@ def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPa
     wq = "i32" if c13.words else "u8"
     common = dict(ROWS=c13.rows, TEAMS=1, BLOCKS=c13.blocks, NT=routing.group, DEDUP=True, USE_DOT=True,
                   H_PARTS=True, PAIRS=c13.pairs, PREFETCH=c13.prefetch, WORDS=c13.words,
-                  FOLD_BIAS=wd._fold_bias(w13, c13))
+                  FOLD_BIAS=wd._fold_bias(w13, c13), WORD_ORDER=c13.word_order, LAYOUT6=c13.layout == "v6")
     ints = dict(n_pairs=routing.n_pairs, topk=routing.topk, batch=3, D=D, I=I)
     make = _dot_kernel_maker(wd.gate_up_kernel, dict(ints, row_blocks=w13.row_blocks),
                              dict(common, FULL_STEPS=wd._full_steps(w13, c13)), wq)
@@ -617,7 +731,8 @@ def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPa
     assert rel_err(joined, want_h[0].double() + want_h[1].double()) <= 1e-6 and rel_err(joined, ref_h) <= BOUND_DOT
     c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, True, variant, "down")
     down_options = dict(common, BLOCKS=c2.blocks, BT=4, FULL_STEPS=wd._full_steps(w2, c2), PAIRS=c2.pairs,
-                        PREFETCH=c2.prefetch, WORDS=c2.words, FOLD_BIAS=wd._fold_bias(w2, c2))
+                        PREFETCH=c2.prefetch, WORDS=c2.words, FOLD_BIAS=wd._fold_bias(w2, c2),
+                        WORD_ORDER=c2.word_order)
     make = _dot_kernel_maker(wd.down_kernel, dict(ints, row_blocks=w2.row_blocks), down_options,
                              "i32" if c2.words else "u8")
     out = torch.full((3, D), float("nan"))
@@ -679,10 +794,15 @@ def test_scale_bytes_zero_and_nan(interpret: None) -> None:
         finite = ~ref.isnan()
         err = ((out[finite].double() - ref[finite]).norm() / ref[finite].norm()).item()
         assert err <= (BOUND_DOT if use_dot else BOUND_CUDA_CORES)
+    w13, w2 = p.prepare("v6")  # 0xFF: the stored inf scale times the zeroed codes
+    out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, h_precision="fp32")
+    assert torch.equal(out.isnan(), ref.isnan()) and out.isnan().sum() == 1
+    assert rel_err(out[~ref.isnan()], ref[~ref.isnan()]) <= BOUND_DOT
     p.s13[2, 0, 1] = 0xFF  # a gate row of expert 2 (token 1): h NaN at neuron 0, so all of token 1 is NaN
-    w13, _ = p.prepare()
-    out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32)
-    assert out[1].isnan().all() and out[0].isfinite().all()
+    for layout in wd.LAYOUTS:
+        w13, w2 = p.prepare(layout)
+        out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32)
+        assert out[1].isnan().all() and out[0].isfinite().all()
 
 
 def test_input_validation(interpret: None) -> None:
@@ -758,7 +878,7 @@ def k3_width_layer() -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Ten
 @pytest.mark.parametrize("B", [1, 4, 16, 64])
 def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
     """K3's D and I with 32 experts, top-16: the compiled kernels against the float64 reference (on the GPU); the
-    opt-in bf16-h variants within H16_BOUND."""
+    bf16-h variants within H16_BOUND; the v6 variants on experts prepared in the v6 layout."""
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
     w13_raw, w2_raw = k3_width_layer()
     gen = torch.Generator().manual_seed(B)
@@ -776,10 +896,16 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
     for use_dot in (False, True):  # both inner-product paths at every batch
         assert rel_err(wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, use_dot=use_dot,
                                      h_precision="fp32"), ref) <= (BOUND_DOT if use_dot else 1e-5)
-    for variant in wd.DOT_VARIANTS:  # every mt.dot variant (tools/warp_decode_ab.py times them)
-        got = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, use_dot=True, variant=variant)
+    experts = {"v5": (w13, w2), "v6": (wd.prepare_experts(*w13_raw, layout="v6"),
+                                       wd.prepare_experts(*w2_raw, layout="v6"))}
+    for variant in wd.DOT_VARIANTS:  # every mt.dot variant (tools/warp_decode_ab.py times them), on its layout
+        got = wd.moe_decode(x, ids, weights, *experts[wd.variant_layout(variant)], out_dtype=torch.float32,
+                            use_dot=True, variant=variant)
         err, bound = rel_err(got, ref), H16_BOUND if variant in wd.H16_VARIANTS else BOUND_DOT
         assert err <= bound, f"{variant}: relative error {err:.3g} > {bound:g}"
+    out = wd.moe_decode(x, ids, weights, *experts["v6"])  # the v6 layout's default (v6_u3c), bf16 out
+    assert rel_err(out, ref) <= BOUND_BF16_OUT
+    assert torch.equal(out, wd.moe_decode(x, ids, weights, *experts["v6"], out_dtype=torch.float32).to(out.dtype))
 
 
 @pytest.mark.gpu

@@ -3,6 +3,8 @@ triton_kernels when it is there, at K3 shapes (D 3584, I 3072, E 896, top-16), i
 
     python tools/warp_decode_ab.py [--batches 1,4,16,64] [--variants v3,v4_fold,...] [--graph] [--no-triton]
     python tools/warp_decode_ab.py --sass        # no GPU: SASS per weight and registers of each variant's K loop
+    python tools/warp_decode_ab.py --sass --variants v5_p2_lb_h16_u3c,v6_u3c [--batches 16,64]
+                                                 # the same for named variants, compiled as moe_decode launches them
 
 Per batch it first checks every variant against dequantize-then-matmul (bf16 torch math on the exact weights:
 rel_err <= CHECK_BOUND) and against the v3 variant (fp32 outputs: rel_err <= AGREE_BOUND); a variant that fails is
@@ -13,7 +15,12 @@ or <repo>/third_party). Targets (issue 7): floor/time >= 0.8 at B = 1 and 4; tri
 
 --sass compiles each variant's K3 AOT specialization (ptxas on PATH) and counts the SASS of its innermost loop
 with nvdisasm ($NVDISASM, or on PATH): instructions per weight (an mt.dot step is 128 weights per thread),
-registers, spills.
+registers, spills. With --variants it compiles those variants instead, with the constexprs moe_decode gives them
+at K3 (warp_decode.gate_up_launch / down_launch; the down kernel at each batch's BT), and reports the K loop per
+step (an unrolled loop holds 3 steps).
+
+Variants of the v6 family (warp_decode.V6_VARIANTS) read experts prepared with layout "v6": the timing prepares
+that copy of the layer too (another 15.7 GB on the GPU) when one is asked for.
 """
 from __future__ import annotations
 
@@ -48,12 +55,14 @@ WEIGHTS_PER_STEP = 128  # an mt.dot K step: 16 rows x 256 weights per warp = 128
 # ------------------------------------------------------------------------------------------ GPU timing
 
 
-def variant_call(w13: wd.PreparedExperts, w2: wd.PreparedExperts, variant: str, x: torch.Tensor,
-                 ids: torch.Tensor, weights: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
+def variant_call(experts: dict[str, tuple[wd.PreparedExperts, wd.PreparedExperts]], variant: str,
+                 x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
                  ) -> Callable[[], torch.Tensor]:
-    """moe_decode with the mt.dot variant; "NAME@S13:S2" forces the item splits of the two kernels (e.g.
-    v5_p2@6:10, the splits before the wave model) to A/B the split choice."""
+    """moe_decode with the mt.dot variant on the experts of its layout (experts: layout -> (w13, w2)); "NAME@S13:S2"
+    forces the item splits of the two kernels (e.g. v5_p2@6:10, the splits before the wave model) to A/B the split
+    choice."""
     name, _, forced = variant.partition("@")
+    w13, w2 = experts[wd.variant_layout(name)]
     if not forced:
         return lambda: wd.moe_decode(x, ids, weights, w13, w2, out_dtype=out_dtype, use_dot=True, variant=name)
     s13, s2 = (int(s) for s in forced.split(":"))
@@ -87,8 +96,12 @@ def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_
     shape = bench.SHAPE
     copy_bw = harness.copy_bandwidth()
     layer = bench.make_layer(shape)
-    w13 = wd.prepare_experts(layer.w13_blocks, layer.w13_scales)
-    w2 = wd.prepare_experts(layer.w2_blocks, layer.w2_scales)
+    experts = {"v5": (wd.prepare_experts(layer.w13_blocks, layer.w13_scales),
+                      wd.prepare_experts(layer.w2_blocks, layer.w2_scales))}
+    if any(wd.variant_layout(v.partition("@")[0]) == "v6" for v in variants):
+        experts["v6"] = (wd.prepare_experts(layer.w13_blocks, layer.w13_scales, layout="v6"),
+                         wd.prepare_experts(layer.w2_blocks, layer.w2_scales, layout="v6"))
+    w13, w2 = experts["v5"]
     harness.log(f"bias foldable: w13 {w13.folds_bias}, w2 {w2.folds_bias}")
     triton_make = None
     if with_triton:
@@ -102,16 +115,16 @@ def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_
         x, ids, weights = bench.make_batch(shape, b)
         floor_us = bench.unique_weight_bytes(ids, shape) / copy_bw * 1e6
         check = reference(x, ids, weights)().float()
-        base = variant_call(w13, w2, "v3", x, ids, weights, torch.float32)()
+        base = variant_call(experts, "v3", x, ids, weights, torch.float32)()
         row: dict[str, Any] = {"B": b, "floor": floor_us}
         for v in variants:
-            out32 = variant_call(w13, w2, v, x, ids, weights, torch.float32)()
+            out32 = variant_call(experts, v, x, ids, weights, torch.float32)()
             err_ref, err_v3 = rel_err(out32, check), rel_err(out32, base)
             agree = AGREE_BOUND_H16 if v.partition("@")[0] in wd.H16_VARIANTS else AGREE_BOUND
             if not (err_ref <= CHECK_BOUND and err_v3 <= agree):
                 row[v] = f"FAIL ({err_ref:.1e} / {err_v3:.1e})"
                 continue
-            row[v] = time_call(variant_call(w13, w2, v, x, ids, weights), use_graph)
+            row[v] = time_call(variant_call(experts, v, x, ids, weights), use_graph)
         if triton_make is not None:
             try:
                 fn = triton_make(x, ids, weights)
@@ -193,6 +206,58 @@ def sass_report() -> str:
     return "\n".join(lines)
 
 
+def k3_experts(kind: str, layout: str) -> wd.PreparedExperts:
+    """A stand-in for K3 experts of one kernel (one expert of uninitialized bytes, scales foldable): what the launch
+    constexprs depend on (row length, blocks, layout), without preparing 15.7 GB."""
+    rows, k = ((2 * bench.SHAPE.intermediate, bench.SHAPE.hidden) if kind == "gate_up"
+               else (bench.SHAPE.hidden, bench.SHAPE.intermediate))
+    nb = k // 32
+    return wd.PreparedExperts(torch.empty((1, rows, nb * 16), dtype=torch.uint8),
+                              torch.empty((1, rows, nb), dtype=torch.uint8), k, 127, layout)
+
+
+def compile_variant(kind: str, variant: str, batch: int) -> Any:
+    """The gate_up or down kernel of `variant` compiled (cubin) with the constexprs moe_decode launches it with at
+    K3 and this batch (mt.dot path: items of 8 pairs, h as bf16 parts or one bf16 part as the variant says)."""
+    w = k3_experts(kind, wd.variant_layout(variant))
+    config = wd.pick_config(w.row_blocks, batch * bench.SHAPE.topk, True, variant, kind)
+    h_bf16 = bool(wd.DOT_VARIANTS[variant][0].get("h_bf16"))
+    if kind == "gate_up":
+        kernel, meta = wd.gate_up_launch(w, config, 8, True, parts=True)
+    else:
+        kernel, meta = wd.down_launch(w, config, 8, True, batch, parts=not h_bf16, h_bf16=h_bf16)
+    num_warps = meta.pop("num_warps")
+    signature = wd._signature(kind, "i64", "bf16", "i32" if config.words else "u8")
+    return kernel.aot_spec(signature, num_warps, None, None, **meta).compile(target="cubin")
+
+
+def variants_sass_report(variants: list[str], batches: tuple[int, ...]) -> str:
+    """SASS of the K loop per step (the loop body over the steps it holds: 3 when unrolled), registers and spills of
+    each named variant's two kernels as moe_decode launches them (down at each batch's BT)."""
+    tool = nvdisasm()
+    if tool is None:
+        return "nvdisasm not found (set NVDISASM or put it on PATH)"
+    out = Path(tempfile.mkdtemp(prefix="warp_decode_sass_"))
+    lines = ["kernel | variant | BT | K-loop SASS per step | per weight | registers | spill stores / loads (B) | "
+             "per step: top opcodes"]
+    for v in variants:
+        steps = 3 if wd.DOT_VARIANTS[v][0].get("unroll") else 1
+        for kind, bts in (("gate_up", (batches[0],)), ("down", batches)):
+            for b in bts:
+                compiled = compile_variant(kind, v, b)
+                cubin = out / f"{kind}_{v}_{b}.cubin"
+                cubin.write_bytes(compiled.cubin)
+                n, counts = k_loop_counts(cubin, tool)
+                steps_here = steps if kind == "gate_up" or wd.DOT_VARIANTS[v][1].get("unroll") else 1
+                meta = compiled.metadata
+                top = ", ".join(f"{k} {c / steps_here:g}" for k, c in counts.most_common(8))
+                bt = "-" if kind == "gate_up" else str(1 << (b - 1).bit_length())
+                lines.append(f"{kind} | {v} | {bt} | {n / steps_here:.1f} | {n / steps_here / WEIGHTS_PER_STEP:.2f} | "
+                             f"{meta.get('registers')} | {meta.get('spill_stores')} / {meta.get('spill_loads')} | "
+                             f"{top}")
+    return "\n".join(lines)
+
+
 def variant_name(constexprs: dict[str, str]) -> str:
     """The DOT_VARIANTS key an AOT specialization's constexprs correspond to."""
     if constexprs.get("PAIRS") != "True":
@@ -213,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sass", action="store_true", help="SASS per weight of each variant (no GPU needed)")
     args = parser.parse_args(argv)
     if args.sass:
-        print(sass_report())
+        named = args.variants != parser.get_default("variants")
+        print(variants_sass_report([v for v in args.variants.split(",") if v],
+                                   tuple(int(b) for b in args.batches.split(",")))
+              if named else sass_report())
         return 0
     if not torch.cuda.is_available():
         sys.stderr.write("the A/B timing needs a CUDA GPU (--sass works without)\n")
