@@ -218,14 +218,15 @@ class PreparedExperts:
 
 
 def prepare_experts(blocks: torch.Tensor, scales: torch.Tensor, k: int | None = None,
-                    experts_per_chunk: int = 16, layout: str = "v5") -> PreparedExperts:
+                    experts_per_chunk: int = 16, layout: str = "auto") -> PreparedExperts:
     """Permute MXFP4 experts (HF / compressed-tensors layout) into the kernels' stream layout (offline, one time).
 
     blocks: uint8 [E, N, ceil(K/2)] packed pairs, low nibble = even element; also accepted as [E, N, K/32, 16].
     scales: uint8 [E, N, ceil(K/32)] E8M0.
     k:      the row length K (default: 2 * blocks.shape[-1]).
     layout: "v5" (every variant) or "v6" (the v6 mt.dot variants; needs every finite scale byte <= FOLD_MAX_SCALE,
-            raises otherwise: such experts keep "v5"), or "auto": "v6" where the scales allow it, else "v5".
+            raises otherwise: such experts keep "v5"), or "auto" (the default): "v6" where the scales allow it, else
+            "v5". v6 measured faster at every batch on the H200 (2026-12-01: -11% / -21% at B = 16 / 64).
             See PreparedExperts; moe_decode picks its default variant by the layout.
     Works on whatever device the tensors are on, `experts_per_chunk` experts at a time to bound temporary memory.
     """

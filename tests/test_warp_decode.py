@@ -159,12 +159,15 @@ def test_prepare_experts_decodes_to_the_original(k: int) -> None:
 
 
 def test_prepare_experts_byte_j_holds_elements_j_and_j_plus_16() -> None:
+    """The v5 layout (the v6 one scatters the bits further: its own tests); the default is "auto"."""
     codes = (torch.arange(32) % 16).to(torch.uint8)  # element i has code i % 16
-    w = wd.prepare_experts(mxfp4.pack_codes(codes)[None, None], torch.tensor([[[127]]], dtype=torch.uint8))
+    scale = torch.tensor([[[127]]], dtype=torch.uint8)
+    w = wd.prepare_experts(mxfp4.pack_codes(codes)[None, None], scale, layout="v5")
     j = torch.arange(16)
     assert torch.equal(w.blocks[0, 0], (j % 16 | ((j + 16) % 16) << 4).to(torch.uint8))
     hf = mxfp4.pack_codes(codes).reshape(1, 1, 1, 16)  # the HF [E, N, K/32, 16] spelling
-    assert torch.equal(wd.prepare_experts(hf, torch.tensor([[[127]]], dtype=torch.uint8)).blocks, w.blocks)
+    assert torch.equal(wd.prepare_experts(hf, scale, layout="v5").blocks, w.blocks)
+    assert wd.prepare_experts(hf, scale).layout == "v6"  # "auto": every scale byte <= 128
 
 
 def test_prepare_experts_rejects_bad_shapes() -> None:
