@@ -119,11 +119,13 @@ def make_batch(shape: MoEShape, batch: int, device: str = "cuda", seed: int = 1
 def ours(layer: Layer, use_dot: bool | None = None
          ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Callable[[], torch.Tensor]]:
     """moe_decode on prepared weights: returns make(x, ids, weights) -> a no-argument call. use_dot None is the
-    default choice (mt.dot from B = DOT_MIN_BATCH), True / False force one inner-product path."""
+    default choice (mt.dot from B = DOT_MIN_BATCH), True / False force one inner-product path (the CUDA-core path
+    reads the v5 layout; otherwise prepare_experts picks it, "auto")."""
     from minitriton.kernels import warp_decode as wd
 
-    w13 = wd.prepare_experts(layer.w13_blocks, layer.w13_scales)
-    w2 = wd.prepare_experts(layer.w2_blocks, layer.w2_scales)
+    layout = "v5" if use_dot is False else "auto"
+    w13 = wd.prepare_experts(layer.w13_blocks, layer.w13_scales, layout=layout)
+    w2 = wd.prepare_experts(layer.w2_blocks, layer.w2_scales, layout=layout)
 
     def make(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> Callable[[], torch.Tensor]:
         return lambda: wd.moe_decode(x, ids, weights, w13, w2, use_dot=use_dot)
@@ -140,8 +142,9 @@ def ours_kernels(layer: Layer) -> Callable[..., Callable[[], torch.Tensor]]:
 
     def make(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> Callable[[], torch.Tensor]:
         routing, use_dot = wd.plan_routing(ids, weights)
-        c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot)
-        c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot, kernel="down")
+        variant = wd.default_variant(routing.batch, "bf16", w13.layout)  # what moe_decode runs on these experts
+        c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
+        c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
         return lambda: wd.down(wd.gate_up(x, routing, w13, c13, parts=use_dot), routing, w2, torch.bfloat16, c2)
 
     return make

@@ -1357,6 +1357,12 @@ def _fold_bias(w: PreparedExperts, config: KernelConfig) -> bool:
     return w.folds_bias
 
 
+def _layout_variant(w: PreparedExperts) -> str | None:
+    """The mt.dot variant gate_up / down take without a config: the default (h at fp32 level) for the experts'
+    layout (None: DEFAULT_DOT_VARIANT, which reads v5)."""
+    return None if w.layout == "v5" else V6_FP32_H_VARIANT
+
+
 def _check_experts(w: PreparedExperts, name: str) -> None:
     if not isinstance(w, PreparedExperts):
         raise TypeError(f"{name} must come from prepare_experts(), got {type(w).__name__}")
@@ -1398,7 +1404,7 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
         raise ValueError(f"w13 must be [E, 2I, D={D}], got rows={w13.rows}, K={w13.k}")
     I = w13.rows // 2
     if config is None:
-        config = pick_config(w13.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH)
+        config = pick_config(w13.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH, _layout_variant(w13))
     _check_config(config)
     if config.h_bf16:
         h = torch.empty((routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
@@ -1433,7 +1439,8 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
         raise ValueError(f"moe decode handles batches up to {MAX_BATCH}, got {routing.batch}")
     D = w2.rows
     if config is None:
-        config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH, kernel="down")
+        config = pick_config(w2.row_blocks, routing.n_pairs, routing.batch >= DOT_MIN_BATCH, _layout_variant(w2),
+                             "down")
     _check_config(config)
     if (parts or h_bf16) and not config.use_dot:
         raise ValueError("h in bf16 (parts or one part) is for the mt.dot path (the CUDA-core path takes fp32 h)")
@@ -1502,6 +1509,9 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
         raise ValueError(f"variant must be one of {sorted(DOT_VARIANTS)}, got {variant!r}")
     default = default_variant(routing.batch, h_precision, w13.layout)  # checks h_precision even when one is named
     variant = variant or default
+    if not use_dot and w13.layout != "v5":
+        raise ValueError(f"use_dot=False (the CUDA-core path) reads layout 'v5'; the experts are in {w13.layout!r} "
+                         f"(prepare_experts(..., layout='v5'))")
     if use_dot and variant_layout(variant) != w13.layout:
         raise ValueError(f"variant {variant!r} reads layout {variant_layout(variant)!r}; the experts are in "
                          f"{w13.layout!r} (prepare_experts(..., layout=...))")

@@ -384,6 +384,9 @@ def test_v6_variants_need_the_v6_layout(interpret: None) -> None:
         wd.moe_decode(p.x, p.ids, p.weights, *v6, use_dot=False)
     ref, _ = p.reference()
     assert rel_err(wd.moe_decode(p.x, p.ids, p.weights, *v6, out_dtype=torch.float32), ref) <= H16_BOUND
+    routing, _ = wd.plan_routing(p.ids, p.weights)  # the kernels without a config pick a variant of v6 too
+    h = wd.gate_up(p.x, routing, v6[0], parts=True)
+    assert rel_err(wd.down(h, routing, v6[1], torch.float32), ref) <= BOUND_DOT
 
 
 # ------------------------------------------------------------------------------------------ routing
@@ -848,14 +851,30 @@ def test_the_tests_can_fail(interpret: None) -> None:
     assert rel_err(wd.moe_decode(p.x, p.ids, p.weights, flipped, w2, out_dtype=torch.float32), ref) > 0.1
 
 
-def test_benchmark_module_imports_without_gpu() -> None:
+def load_bench_module():
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_warp_decode.py"
     spec = importlib.util.spec_from_file_location("bench_warp_decode", path)
     bench = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = bench
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_benchmark_module_imports_without_gpu() -> None:
+    bench = load_bench_module()
     assert bench.SHAPE.hidden == 3584 and bench.BATCHES == (1, 4, 16, 64)
     assert bench.unique_weight_bytes(torch.tensor([[0, 1], [1, 2]]), bench.SHAPE) == 3 * bench.SHAPE.expert_bytes
+
+
+def test_benchmark_methods_prepare_the_layout_they_read(interpret: None) -> None:
+    """The benchmark's own methods (default, CUDA cores, kernels without routing) run on the layout each path
+    reads: prepare_experts defaults to "auto" (v6), which the CUDA-core path cannot read."""
+    bench = load_bench_module()
+    shape = bench.MoEShape(hidden=64, intermediate=32, experts=4, topk=2)
+    layer, (x, ids, weights) = bench.make_layer(shape, "cpu"), bench.make_batch(shape, 2, "cpu")
+    ref = wd.reference(x, ids, weights, (layer.w13_blocks, layer.w13_scales), (layer.w2_blocks, layer.w2_scales))
+    for make in (bench.ours(layer), bench.ours(layer, use_dot=False), bench.ours_kernels(layer)):
+        assert rel_err(make(x, ids, weights)().float(), ref) <= BOUND_BF16_OUT
 
 
 # ------------------------------------------------------------------------------------------------ GPU
@@ -889,8 +908,8 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
     ids = torch.stack([torch.randperm(32, generator=gen)[:16] for _ in range(B)]).to(torch.int32).cuda()
     weights = torch.rand(B, 16, generator=gen).cuda()
     ref = wd.reference(x, ids, weights, w13_raw, w2_raw)
-    w13, w2 = wd.prepare_experts(*w13_raw), wd.prepare_experts(*w2_raw)
-    out32 = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32)  # the default: h in bf16
+    w13, w2 = wd.prepare_experts(*w13_raw, layout="v5"), wd.prepare_experts(*w2_raw, layout="v5")
+    out32 = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32)  # v5's default: h in bf16
     assert rel_err(out32, ref) <= H16_BOUND
     out32 = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, h_precision="fp32")
     bound = BOUND_DOT if B >= wd.DOT_MIN_BATCH else 1e-5

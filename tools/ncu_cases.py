@@ -51,8 +51,9 @@ def warp_decode(batch: int, variant: str | None = None) -> Call:
     from minitriton.kernels import warp_decode as wd
 
     layer = bench.make_layer(bench.SHAPE)
-    w13 = wd.prepare_experts(layer.w13_blocks, layer.w13_scales)
-    w2 = wd.prepare_experts(layer.w2_blocks, layer.w2_scales)
+    layout = wd.variant_layout(variant) if variant else "auto"  # a named variant reads its own layout
+    w13 = wd.prepare_experts(layer.w13_blocks, layer.w13_scales, layout=layout)
+    w2 = wd.prepare_experts(layer.w2_blocks, layer.w2_scales, layout=layout)
     x, ids, weights = bench.make_batch(bench.SHAPE, batch)
     return lambda: wd.moe_decode(x, ids, weights, w13, w2, use_dot=True, variant=variant)
 

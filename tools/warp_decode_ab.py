@@ -96,11 +96,9 @@ def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_
     shape = bench.SHAPE
     copy_bw = harness.copy_bandwidth()
     layer = bench.make_layer(shape)
-    experts = {"v5": (wd.prepare_experts(layer.w13_blocks, layer.w13_scales),
-                      wd.prepare_experts(layer.w2_blocks, layer.w2_scales))}
-    if any(wd.variant_layout(v.partition("@")[0]) == "v6" for v in variants):
-        experts["v6"] = (wd.prepare_experts(layer.w13_blocks, layer.w13_scales, layout="v6"),
-                         wd.prepare_experts(layer.w2_blocks, layer.w2_scales, layout="v6"))
+    layouts = {"v5"} | {wd.variant_layout(v.partition("@")[0]) for v in variants}  # each variant reads one
+    experts = {layout: (wd.prepare_experts(layer.w13_blocks, layer.w13_scales, layout=layout),
+                        wd.prepare_experts(layer.w2_blocks, layer.w2_scales, layout=layout)) for layout in layouts}
     w13, w2 = experts["v5"]
     harness.log(f"bias foldable: w13 {w13.folds_bias}, w2 {w2.folds_bias}")
     triton_make = None
