@@ -356,7 +356,7 @@ def _tma_ring_copy(ctx: KernelContext, op: Operation) -> None:
     arrive_expect_tx(ctx, bar, nbytes, issue)
     tensor_map, r0, c0 = ctx.get1(desc), ctx.get1(row), ctx.get1(col)
     for (dr, dc), _, at in boxes:
-        row, col = _offset(ctx, r0, dr), _offset(ctx, c0, dc)
+        row, col = ctx.plus(r0, dr), ctx.plus(c0, dc)
         coords = [row, col] if len(box_shape) == 2 else _paired_rows(ctx, row) + [col]
         tma_load(ctx, f"{base}+{at}" if at else base, tensor_map, coords, bar, issue)
 
@@ -371,12 +371,7 @@ def _paired_rows(ctx: KernelContext, row: str) -> list[str]:
     return [q, u, g]
 
 
-def _offset(ctx: KernelContext, reg: str, delta: int) -> str:
-    if not delta:
-        return reg
-    out = ctx.new("b32")
-    ctx.emit(f"add.s32 {out}, {reg}, {delta};")
-    return out
+
 
 
 def _tma_ring_wait(ctx: KernelContext, op: Operation) -> None:

@@ -320,6 +320,14 @@ class KernelContext:
         self.barrier()
         self.exchange_region = (base, base + nbytes)
 
+    def plus(self, reg: str, delta: int) -> str:
+        """A b32 register holding reg + delta (reg itself when delta is 0), emitted at the current point."""
+        if not delta:
+            return reg
+        out = self.new("b32")
+        self.emit(f"add.s32 {out}, {reg}, {delta};")
+        return out
+
     def smem_at(self, offset: int) -> str:
         """A register holding the scratch buffer's address plus offset."""
         return self.smem if offset == 0 else self._smem_plus(offset)

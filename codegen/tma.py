@@ -369,7 +369,7 @@ def _store_round(ctx: KernelContext, op: Operation, desc: TensorDescType, tmap: 
     ctx.barrier()
     leader = ctx.owner_pred(None)
     for i, b in enumerate(round_boxes):
-        at = [_offset_coord(ctx, c, o * n) for c, o, n in zip(coords, b, block)]
+        at = [ctx.plus(c, o * n) for c, o, n in zip(coords, b, block)]
         tma_store(ctx, tensor_map, at, ctx.smem_at(i * slot), leader)  # type: ignore[arg-type]
     ctx.emit(f"@{leader} cp.async.bulk.commit_group;")
     ctx.emit(f"@{leader} cp.async.bulk.wait_group.read 0;")
@@ -431,11 +431,3 @@ def _tile_box_addresses(ctx: KernelContext, tmap: ThreadMap, groups: list[list[i
     where = [index[_box_of(tmap.reg_offsets[g[0]], block)] * slot for g in groups]
     addrs = _box_addresses(ctx, tmap, groups, block, elem, desc.swizzle_bytes, start, local, in_box=block)
     return [f"{a.rsplit('+', 1)[0]}+{int(a.rsplit('+', 1)[1]) + w}" for a, w in zip(addrs, where)]
-
-
-def _offset_coord(ctx: KernelContext, reg: str, delta: int) -> str:
-    if not delta:
-        return reg
-    out = ctx.new("b32")
-    ctx.emit(f"add.s32 {out}, {reg}, {delta};")
-    return out

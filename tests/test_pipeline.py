@@ -752,8 +752,9 @@ def test_gemm_ab_lists_its_variants_and_formats_a_table(capsys: pytest.CaptureFi
     assert gemm_ab.main(["--list"]) == 0
     listed = capsys.readouterr().out
     assert all(f"{v}:" in listed for v in ("cp.async-ring", "tma-ring", "tma-unpipelined", "tma-ws",
-                                           "tma-ws-paired", "persistent"))
-    assert listed.count("128x256x64 w8 s4") == 5
+                                           "tma-ws-paired", "persistent", "persistent-tma-store", "triton",
+                                           "triton-tma"))
+    assert listed.count("128x256x64 w8 s4") == 7  # every variant with a config list but tma-unpipelined, triton
     table = gemm_ab.format_table([("4096^3", "torch", "cuBLAS", 200.0, 200.0, "ok"),
                                   ("4096^3", "tma-ring", "128x256x64 w8 s4", 210.0, 200.0, "rel err 3e-03"),
                                   ("4096^3", "tma-ring", "128x128x64 w8 s5", None, 200.0, "wrong: relative error")])
