@@ -778,7 +778,8 @@ class CTA:
             a, b, c = (_to_float32(self.get(x, "b16")).astype(np.float64) for x in ops[1:])
         else:
             a, b, c = (self.get(x, t).astype(np.float64) for x in ops[1:])
-        r = np.array([_exact_fma(x, y, z, t) for x, y, z in zip(a, b, c)])
+        r = _fma_f64_exact(a, b, c, t) if t in FAST_FMA_TYPES else \
+            np.array([_exact_fma(x, y, z, t) for x, y, z in zip(a, b, c)])
         if t == "bf16":
             self.set(ops[0], (r.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16), "b16", mask)
         else:
@@ -829,6 +830,26 @@ class CTA:
         else:
             x = self.get(ops[1], st)
         self.set(ops[0], _convert(x, st, dt, rnd), _store_type(dt), mask)
+
+
+FAST_FMA_TYPES = {"f32": np.float32, "f16": np.float16}  # products of these are exact in f64
+
+
+def _fma_f64_exact(a: np.ndarray, b: np.ndarray, c: np.ndarray, t: str) -> np.ndarray:
+    """a * b + c rounded once to type t, vectorized, for f32 / f16 operands given as f64 (what `_exact_fma` gives,
+    without rational arithmetic). The product is exact in f64 (48 of 53 bits); TwoSum gives s = fl64(p + c) and
+    its exact error e. Rounding s to t rounds p + c correctly unless s is exactly a tie of t (every tie is an f64
+    value, so none lies strictly between s and p + c): then s is nudged one f64 step toward e first."""
+    to = FAST_FMA_TYPES[t]
+    with np.errstate(all="ignore"):
+        p = a * b
+        s = p + c
+        bv = s - p
+        e = (p - (s - bv)) + (c - bv)
+        up, down = np.nextafter(s, np.inf).astype(to), np.nextafter(s, -np.inf).astype(to)
+        tie = (up != down) & (s.astype(to) != s)  # the two neighbours round apart and s is not a value of t
+        nudged = np.where(e > 0, up, down)
+        return np.where(tie & (e != 0) & np.isfinite(e), nudged, s.astype(to)).astype(np.float64)
 
 
 def _exact_fma(x: float, y: float, z: float, t: str) -> float:

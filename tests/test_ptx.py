@@ -719,3 +719,23 @@ def test_vector_exchange_in_the_ptx_runs_on_the_simulator() -> None:
     ptx = kda_decode.kda_decode_step_kernel.specializations[-1].compile(target="ptx").ptx
     vectors = re.findall(r"ld\.shared\.v4\.b32 \{[^}]*\}, \[%r\d+\+(\d+)\];", ptx)
     assert vectors and all(int(off) % 16 == 0 for off in vectors)
+
+
+def test_simulated_fma_rounds_once() -> None:
+    """The simulator's vectorized fma (f64 product, TwoSum, tie nudge) equals exact rational arithmetic rounded
+    once, on random operands and on the cases where rounding the f64 sum again would be wrong (the exact value
+    just below / above an f32 tie, which fl64(p + c) lands on)."""
+    import ptx_sim
+
+    f32 = lambda x: float(np.float32(x))  # noqa: E731
+    a = np.array([f32(2**-12 * (1 + 2**-23)), -f32(2**-12 * (1 + 2**-23)), f32(2**-12 * (1 + 2**-23)), 0.0, -0.0])
+    b = np.array([f32(2**-12 * (1 - 2**-23)), f32(2**-12 * (1 - 2**-23)), f32(2**-12 * (1 + 2**-23)), -1.0, 0.0])
+    c = np.array([f32(1 + 2**-23), -f32(1 + 2**-23), f32(1 + 2**-23), 0.0, -0.0])
+    rng = np.random.default_rng(3)
+    for t, to in ptx_sim.FAST_FMA_TYPES.items():
+        x, y, z = (np.concatenate([v, rng.standard_normal(2000)]).astype(to).astype(np.float64) for v in (a, b, c))
+        exact = np.array([ptx_sim._exact_fma(*v, t) for v in zip(x, y, z)])
+        got = ptx_sim._fma_f64_exact(x, y, z, t)
+        assert np.array_equal(got, exact) and np.array_equal(np.signbit(got), np.signbit(exact)), t
+    x, y, z = a[:2], b[:2], c[:2]
+    assert not np.array_equal((x * y + z).astype(np.float32), ptx_sim._fma_f64_exact(x, y, z, "f32"))  # the trap
