@@ -17,6 +17,7 @@ float32 (the simulator checks data movement and indexing, not the hardware's app
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 import struct
@@ -44,10 +45,17 @@ _REG_BITS = {".pred": 1, ".b16": 16, ".b32": 32, ".f32": 32, ".b64": 64, ".f64":
 MAX_SHARED_BYTES = 227 * 1024  # a block's shared memory with the opt-in (H100 / H200)
 
 
+@functools.lru_cache(maxsize=None)  # called for every operand of every instruction
 def _bits(t: str) -> int:
     if t == "pred":
         return 1
     return int(re.sub(r"[a-z]", "", t))
+
+
+@functools.lru_cache(maxsize=None)
+def _reg_prefix(name: str) -> str:
+    """'%r' of '%r12': the register class a name belongs to."""
+    return re.match(r"%[a-z]+", name).group(0)  # type: ignore[union-attr]
 
 
 def _kind(t: str) -> str:
@@ -327,8 +335,7 @@ class CTA:
     # -- operands
 
     def reg_bits(self, name: str) -> int:
-        pfx = re.match(r"%[a-z]+", name).group(0)  # type: ignore[union-attr]
-        return self.k.regs[pfx]
+        return self.k.regs[_reg_prefix(name)]
 
     def read_reg(self, name: str) -> np.ndarray:
         if self.tc is not None:
