@@ -8,10 +8,14 @@ aligned and under one mask value. Each run becomes one access of w * size bytes:
   - 1- and 2-byte elements packed into 32-bit words: `ld.global.v4.b32` of 8 x bf16 then `mov.b32 {%h1, %h2}, %r`
     per word (i8 / i16: `bfe`; stores pack with `mov.b32 %r, {%h1, %h2}` / `bfi`),
   - single narrow elements: `ld.global.b16` (f16 / bf16), `ld.global.s8 / u8 / s16 / u16` into 32-bit registers.
+A load's `cache_modifier` attr is its PTX cache operator (`ld.global.cg.v4.b32`).
 Masks are predicates (`@%p ld...`): the destination starts at 0 and masked-off elements then take `other`.
 Booleans are one byte in memory. Elements several threads hold (replicated layouts) are stored by their owner
 only; atomics likewise, and their old values are then shared with the other holders through shared memory.
 Scalars: every thread loads; thread 0 stores.
+Prefetches (`prefetch.global.L1 [%rd]`, or .L2) come one per 128-byte line of each thread's run of consecutive
+pointers (the tiling pass makes the runs as long as the pointer is contiguous: `prefetch_layout`), from the
+elements' owners only, each predicated on its own element's mask; a splatted pointer is prefetched once.
 """
 from __future__ import annotations
 
@@ -65,10 +69,11 @@ def _and(ctx: KernelContext, a: str | None, b: str | None) -> str | None:
 
 
 def load_run(ctx: KernelContext, t: ScalarType, addr: str, n: int, pred: str | None,
-             space: str = "global") -> list[str]:
-    """Load n consecutive elements of type t at addr (one vector access) from `space` (global or shared); 0 where
-    pred is false."""
+             space: str = "global", cop: str = "") -> list[str]:
+    """Load n consecutive elements of type t at addr (one vector access) from `space` (global or shared), with the
+    cache operator `cop` ("" or e.g. ".cg"); 0 where pred is false."""
     size = elem_bytes(t)
+    space += cop
     if size >= 4:
         cls = reg_class(t)
         dst = [ctx.new(cls) for _ in range(n)]
@@ -151,16 +156,46 @@ def lower_load(ctx: KernelContext, op: Operation) -> None:
     masks = ctx.get(op.operands[1]) if len(op.operands) > 1 else None
     others = ctx.get(op.operands[2]) if len(op.operands) > 2 and not _is_zero(op.operands[2]) else None
     groups = [[0]] if not ptr.type.is_tensor else _groups(ctx, op, ctx.tmap(ptr))
+    cop = op.attrs.get("cache_modifier", "")
     out: list[str] = [""] * len(ptrs)
     memo: dict[tuple[str, str | None, int], list[str]] = {}
     for group in groups:
         pred = masks[group[0]] if masks else None
         key = (ptrs[group[0]], pred, len(group))
         if key not in memo:  # a splatted pointer loads once
-            memo[key] = load_run(ctx, t, ptrs[group[0]], len(group), pred)
+            memo[key] = load_run(ctx, t, ptrs[group[0]], len(group), pred, cop=cop)
         for r, v in zip(group, memo[key]):
             out[r] = _with_other(ctx, t, v, others[r], pred) if others and pred else v
     ctx.bind(op.result, out)
+
+
+# -------------------------------------------------------------------------------------------- prefetches
+
+LINE_BYTES = 128
+
+
+def lower_prefetch(ctx: KernelContext, op: Operation) -> None:
+    """`prefetch.global.L1|L2` at elements 0, L, 2L, ... of each vector_width run (L: elements per line), plus the
+    run's last element when attr `line_tail` says its start may not be line-aligned; owners only, each under its
+    own element's mask (a masked-off lane never names an address)."""
+    ptr = op.operands[0]
+    t: ScalarType = ptr.type.scalar.pointee  # type: ignore[union-attr]
+    ptrs = ctx.get(ptr)
+    masks = ctx.get(op.operands[1]) if len(op.operands) > 1 else None
+    tmap = ctx.tmap(ptr) if ptr.type.is_tensor else None
+    owner = ctx.owner_pred(tmap)
+    step = max(1, LINE_BYTES // elem_bytes(t))
+    done: set[tuple[str, str | None]] = set()
+    for group in [[0]] if tmap is None else _groups(ctx, op, tmap):
+        picks = group[::step]  # one element per line of the run (line_tail: the last one's line too)
+        if op.attrs.get("line_tail") and group[-1] not in picks:
+            picks.append(group[-1])
+        for r in picks:
+            key = (ptrs[r], masks[r] if masks else None)
+            if key not in done:
+                done.add(key)
+                pred = _and(ctx, key[1], owner)
+                ctx.emit(f"{_pred(pred)}prefetch.global.{op.attrs['level']} [{ptrs[r]}];")
 
 
 # ----------------------------------------------------------------------------------------------- stores

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from minitriton.errors import CompilationError
 from minitriton.ir import Builder, Value
 from minitriton.ir.numeric import round_float, wrap_int
+from minitriton.ir.ops import CACHE_MODIFIERS, PREFETCH_LEVELS
 from minitriton.ir.types import (PointerType, ScalarType, TensorDescType, TensorType, Type, bf16, f16, f32, f64, i1,
                                  i32, i64, is_power_of_two, with_scalar)
 
@@ -508,8 +509,9 @@ class Semantic:
         p, m = self.broadcast_all(p, m)
         return p, m
 
-    def load(self, pointer: Any, mask: Any, other: Any) -> TileValue:
+    def load(self, pointer: Any, mask: Any, other: Any, cache_modifier: Any = "") -> TileValue:
         p = self.pointer_operand(pointer, "load")
+        attrs = self.cache_modifier_attr(cache_modifier)
         operands = [p]
         if mask is not None:
             p, m = self.mask_operand(mask, p)
@@ -521,7 +523,24 @@ class Semantic:
         elif other is not None:
             raise error("load(..., other=...) needs a mask")
         ty = with_scalar(p.type, p.dtype.pointee)  # type: ignore[union-attr]
-        return TileValue(self.b.create1("mt.load", [v.handle for v in operands], ty))
+        return TileValue(self.b.create1("mt.load", [v.handle for v in operands], ty, **attrs))
+
+    @staticmethod
+    def cache_modifier_attr(cache_modifier: Any) -> dict[str, str]:
+        """The load's `cache_modifier` attr (none for the default "")."""
+        if cache_modifier in ("", None):
+            return {}
+        if cache_modifier not in CACHE_MODIFIERS:
+            raise error(f"load(cache_modifier=...) must be one of '', {', '.join(map(repr, CACHE_MODIFIERS))}, "
+                        f"got {cache_modifier!r}")
+        return {"cache_modifier": cache_modifier}
+
+    def prefetch(self, pointer: Any, mask: Any, level: Any) -> None:
+        p = self.pointer_operand(pointer, "prefetch")
+        if level not in PREFETCH_LEVELS:
+            raise error(f"prefetch(level=...) must be one of {', '.join(map(repr, PREFETCH_LEVELS))}, got {level!r}")
+        operands = [p] if mask is None else list(self.mask_operand(mask, p))
+        self.b.create("mt.prefetch", [v.handle for v in operands], attrs={"level": level})
 
     def store(self, pointer: Any, value: Any, mask: Any) -> None:
         p = self.pointer_operand(pointer, "store")

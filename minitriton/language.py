@@ -20,7 +20,7 @@ from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, in
 __all__ = [
     "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
-    "store", "atomic_add", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum",
+    "store", "prefetch", "atomic_add", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where", "sum",
     "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin",
     "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum", "fma", "cdiv", "cast", "bitcast_split", "trans",
     "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert", "ring", "warp_specialize",
@@ -95,10 +95,31 @@ def full(shape: Any, value: Any, dtype: ScalarType, _sem: Any = None) -> Any:
 
 
 @builtin
-def load(pointer: Any, mask: Any = None, other: Any = None, _sem: Any = None) -> Any:
+def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "", _sem: Any = None) -> Any:
     """Read the values at `pointer` (a pointer or a tile of pointers). Lanes where `mask` is false are not
-    read and give `other` (0 when not given)."""
-    return _sem.load(pointer, mask, other)
+    read and give `other` (0 when not given). `cache_modifier` picks the PTX cache operator of the global load,
+    spelled as Triton spells it: "" (the default: cached in L1 and L2), ".ca" (the same, explicitly), ".cg" (L2
+    only: data read once, e.g. a state streamed through, does not evict lines the program reads again from L1),
+    ".cs" (streaming, evict first), ".lu" (last use), ".cv" (fetch again, do not cache). It is a performance hint:
+    every choice reads the same values. Loads the pipeline pass turns into async copies do not keep it."""
+    return _sem.load(pointer, mask, other, cache_modifier)
+
+
+@builtin
+def prefetch(pointer: Any, mask: Any = None, level: str = "L1", _sem: Any = None) -> None:
+    """Bring the memory lines holding the pointees of `pointer` (a pointer or a tile of pointers) into the cache
+    `level`, "L1" (this SM's L1, `prefetch.global.L1`) or "L2" (`prefetch.global.L2`), without waiting for them and
+    without using registers for the data: a later load of those lines then hits there. It changes no value. Lanes
+    where `mask` is false fetch nothing; every other lane must point at an element of a tensor, as for `load` (the
+    interpreter checks it: on the GPU a stray prefetch is harmless, but it means the addresses are wrong).
+
+    Why: Hopper's L1 does not keep lines a program's own stores wrote, so data a program writes and then reads
+    back (a scratch written in one layout, read in another after `mt.barrier()`) comes from L2 at every first read;
+    prefetching it once after the barrier makes those reads L1 hits. The codegen issues one prefetch per 128-byte
+    line that a thread's contiguous run of pointers covers (one per element where nothing is known about
+    contiguity), from the elements' owning threads only, so a tile of one pointer per line is the cheapest way to
+    say "these lines"."""
+    return _sem.prefetch(pointer, mask, level)
 
 
 @builtin

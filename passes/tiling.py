@@ -82,10 +82,11 @@ MAX_VECTOR_BYTES = 16
 Slot = tuple[Operation, int]  # (op, operand index): one use of a value
 
 # Ops whose tensor operands and results all share one layout.
-_SAME = {"mt.addptr", "mt.load", "mt.store", "mt.atomic_add", "mt.broadcast", "mt.splat", "mt.arange",
+_SAME = {"mt.addptr", "mt.load", "mt.store", "mt.prefetch", "mt.atomic_add", "mt.broadcast", "mt.splat", "mt.arange",
          "mt.constant", "mt.scan"} | {name for name, spec in OPS.items() if "elementwise" in spec.traits}
-_MEMORY = ("mt.load", "mt.store", "mt.atomic_add")
-_MASK_INDEX = {"mt.load": 1, "mt.store": 2, "mt.atomic_add": 2}
+_MEMORY = ("mt.load", "mt.store", "mt.prefetch", "mt.atomic_add")
+_MASK_INDEX = {"mt.load": 1, "mt.store": 2, "mt.prefetch": 1, "mt.atomic_add": 2}
+LINE_BYTES = 128  # a cache line: what one prefetch brings in
 # Integer / pointer ops cheap enough to recompute in another layout instead of converting their result.
 _CHEAP = {"mt.arange", "mt.constant", "mt.splat", "mt.broadcast", "mt.expand_dims", "mt.addptr", "mt.add", "mt.sub",
           "mt.mul", "mt.div", "mt.rem", "mt.and", "mt.or", "mt.xor", "mt.shl", "mt.shr", "mt.maximum",
@@ -268,6 +269,7 @@ class _Solver:
         self.layout: dict[Value, LayoutAttr] = {}
         self.required: dict[Slot, LayoutAttr | None] = {}
         self.vector_width: dict[Operation, int] = {}
+        self.line_tail: dict[Operation, bool] = {}  # prefetches: whether each run's last element needs its own
         self.queue: deque[_Node] = deque()
         self._build(func.regions[0].block)
 
@@ -331,7 +333,10 @@ class _Solver:
             self._decide(node, config)
 
     def _decide_coalesced(self, node: _Node) -> None:
-        enc, width = coalesced_layout(node.op, self.analysis, self.op_warps[node.op], self._reductions(node))
+        if node.rule == "mt.prefetch":
+            enc, width, self.line_tail[node.op] = prefetch_layout(node.op, self.analysis, self.op_warps[node.op])
+        else:
+            enc, width = coalesced_layout(node.op, self.analysis, self.op_warps[node.op], self._reductions(node))
         self.vector_width[node.op] = width
         self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
 
@@ -341,6 +346,8 @@ class _Solver:
         their flood reaches it (reading it replicated, every warp its own copy from L1, is cheaper than converting it
         through shared memory); a small store, and a small load no flood reached, is coalesced after the big
         anchors' floods, so its index math does not choose the layouts of the big computation."""
+        if node.rule == "mt.prefetch":
+            return True  # it has no consumers and picks no layout for others: laid out last, by its own lines
         if node.rule not in ("mt.load", "mt.store"):
             return False
         if self._reaches_carried(node):
@@ -479,6 +486,8 @@ class _Solver:
                 op.operands[i] = self._in_layout(v, want)
         for op, width in self.vector_width.items():
             op.attrs["vector_width"] = width
+        for op, tail in self.line_tail.items():
+            op.attrs["line_tail"] = tail
 
     def _in_layout(self, v: Value, want: LayoutAttr) -> Value:
         """`v` in layout `want`: itself, a recomputation of cheap index math, or a convert_layout of it."""
@@ -563,6 +572,28 @@ def coalesced_layout(op: Operation, analysis: AxisAnalysis, num_warps: int,
     spt = [1] * len(shape)
     spt[order[0]] = width
     return reduction_aware(shape, num_warps, spt, order, reductions or []), width
+
+
+def prefetch_layout(op: Operation, analysis: AxisAnalysis, num_warps: int) -> tuple[LayoutAttr, int, bool]:
+    """The layout of a prefetch's pointers, each thread's run of w consecutive elements along the most contiguous
+    dim (w as long as the pointer is contiguous, at least a line's worth of elements before the tile is spread
+    thinner over the threads), and whether a run's last element needs a prefetch of its own (`line_tail`): the
+    codegen prefetches the run's elements 0, L, 2L, ... (L = elements per 128-byte line), which covers every line
+    the run touches when the runs start line-aligned or fit in one line (the pointer's divisibility proves it),
+    else the last element's line too. Masks need no constancy: each prefetched element uses its own lane mask."""
+    ptr = op.operands[0]
+    shape = ptr.type.shape
+    info = analysis.info(ptr)
+    order = sorted(range(len(shape)), key=lambda d: (-info.contiguity[d], -d))
+    size = ptr.type.scalar.pointee.bytes  # type: ignore[union-attr]
+    numel = ptr.type.numel
+    spread = max(1, numel // (num_warps * WARP_SIZE), LINE_BYTES // size)
+    width = min(info.contiguity[order[0]], shape[order[0]], spread)
+    width = 1 << (max(1, width).bit_length() - 1)
+    spt = [1] * len(shape)
+    spt[order[0]] = width
+    tail = width > 1 and info.divisibility[order[0]] < min(width * size, LINE_BYTES)
+    return blocked_for_shape(shape, num_warps, spt, order), width, tail
 
 
 def reduction_aware(shape: tuple[int, ...], num_warps: int, spt: list[int], order: list[int],

@@ -8,6 +8,7 @@ only faithful if the code never diverges, so it checks what the codegen promises
 - shared memory has no races: a read of a byte another thread wrote since the last `bar.sync`, a write to a byte
   another thread read or wrote (with a different value) since then, all raise;
 - global accesses stay inside the tensors passed (masked-off lanes must not touch memory) and are aligned;
+  prefetches change nothing but are held to the same bounds;
 - no active thread reads a register (lane) that was never written.
 TMA copies, mbarriers and tensor-map parameters (mt.TensorDescriptor arguments) are simulated, with their
 ordering rules checked, by tests/ptx_sim_tma.py; ldmatrix, mma.sync and wgmma by tests/ptx_sim_mma.py; cp.async
@@ -470,8 +471,8 @@ class CTA:
         self.set(dst, self.get(src, t), t, mask)
 
     def op_ld(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
-        space, t = mods[0], mods[-1]
-        vec = int(mods[1][1:]) if len(mods) > 2 and mods[1].startswith("v") else 1
+        space, t = mods[0], mods[-1]  # cache operators (ld.global.cg.v4.b32) change no value
+        vec = next((int(m[1]) for m in mods[1:-1] if len(m) == 2 and m[0] == "v"), 1)
         dsts = _split_operands(ops[0][1:-1]) if ops[0].startswith("{") else [ops[0]]
         if space == "param":
             pname = ops[1][1:-1]
@@ -505,6 +506,13 @@ class CTA:
                 self.tc.note_shared_write(tids, addrs, raw.shape[1])
         else:
             self.gmem.write(addrs, raw, tids)
+
+    def op_prefetch(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        """A cache hint: no effect, but an enabled thread's address must lie in a tensor (as the interpreter checks;
+        on the GPU a stray prefetch is harmless, so only here would a wrong one show)."""
+        if mods[:1] != ["global"] or mods[1:] not in (["L1"], ["L2"]):
+            raise SimError(f"unsupported prefetch{''.join('.' + m for m in mods)}")
+        self.gmem.locate(self.address(ops[0])[np.nonzero(mask)[0]], 1)
 
     def op_atom(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         t = mods[-1]

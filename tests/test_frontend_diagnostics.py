@@ -38,6 +38,8 @@ CASES = {
     "bad_cast_target": ("expected a dtype", {}),
     "bitcast_width": ("bitcast needs equal bit widths", {}),
     "load_non_pointer": ("load needs a pointer", {}),
+    "load_bad_cache_modifier": ("cache_modifier=...) must be one of '', '.ca', '.cg'", {}),
+    "prefetch_bad_level": ("prefetch(level=...) must be one of 'L1', 'L2', got 'L3'", {}),
     "return_in_runtime_loop": ("'return' inside a runtime for/while loop", {}),
     "float_shift": ("'<<' needs integer operands", {}),
     "used_after_loop": ("'tmp' is only defined inside a loop or branch", {}),

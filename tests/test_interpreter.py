@@ -758,6 +758,10 @@ def oob_kernel(kind: str, masked: bool, line: int) -> Any:
         v = k.load(px, mask, k.const(-1.0, tt([32], f32)) if masked else None)
         k.at(line + 1)
         k.store(po, v)
+    elif kind == "prefetch":  # checked like a load, though it reads nothing
+        k.at(line)
+        k.b.create("mt.prefetch", [px] + ([mask] if masked else []), attrs={"level": "L1"})
+        k.store(po, k.load(po))
     else:
         v = k.load(po)
         k.at(line)
@@ -765,7 +769,7 @@ def oob_kernel(kind: str, masked: bool, line: int) -> Any:
     return k.finish()
 
 
-@pytest.mark.parametrize("kind", ["load", "store"])
+@pytest.mark.parametrize("kind", ["load", "store", "prefetch"])
 def test_unmasked_out_of_bounds_raises_with_location(kind: str, gen: torch.Generator) -> None:
     x, out = rand([40], torch.float32, gen), rand([32], torch.float32, gen)
     before = x.clone()
@@ -779,7 +783,7 @@ def test_unmasked_out_of_bounds_raises_with_location(kind: str, gen: torch.Gener
         run(oob_kernel(kind, masked=False, line=42), [1], [x, out, -3, 40])
 
 
-@pytest.mark.parametrize("kind", ["load", "store"])
+@pytest.mark.parametrize("kind", ["load", "store", "prefetch"])
 def test_masked_out_of_bounds_is_fine(kind: str, gen: torch.Generator) -> None:
     base = rand([48], torch.float32, gen)
     x = base[:40]  # the storage continues past x: a masked lane must still not touch it
@@ -788,6 +792,8 @@ def test_masked_out_of_bounds_is_fine(kind: str, gen: torch.Generator) -> None:
     run(oob_kernel(kind, masked=True, line=7), [1], [x, out, 20, 40])
     if kind == "load":
         assert torch.equal(out[:20], x[20:]) and (out[20:] == -1.0).all()
+        assert torch.equal(base, before)
+    elif kind == "prefetch":
         assert torch.equal(base, before)
     else:
         assert torch.equal(base[20:40], out[:20]) and torch.equal(base[40:], before[40:])

@@ -185,6 +185,18 @@ def copy_other(x_ptr, out_ptr, n, BLOCK: mt.constexpr, OTHER: mt.constexpr):
     mt.store(out_ptr + offs, mt.load(x_ptr + offs, mask=offs < n, other=OTHER))
 
 
+@mt.kernel
+def prefetched_copy(x_ptr, out_ptr, n, BLOCK: mt.constexpr):
+    """Prefetches (contiguous runs, one pointer per line, a scalar; L1 and L2) then L2-only loads: the values are
+    those of a plain copy."""
+    offs = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK)
+    mt.prefetch(x_ptr + offs, mask=offs < n)
+    lines = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK // 32) * 32
+    mt.prefetch(x_ptr + lines, mask=lines < n, level="L2")
+    mt.prefetch(x_ptr)
+    mt.store(out_ptr + offs, mt.load(x_ptr + offs, mask=offs < n, other=0.0, cache_modifier=".cg"))
+
+
 # ----------------------------------------------------------------------------------------------- cases
 
 
@@ -304,6 +316,11 @@ CASES: dict[str, Case] = {
                         {"x_ptr": 16, "acc_ptr": 16, "old_ptr": 16}),
                     (5,), lambda g: [_randn(g, 300), torch.zeros(8), nan_like((300,), torch.float32), 300], [1],
                     bound=1e-5, gpu_bound=1e-5, expect=[r"atom\.global\.add\.f32"]),
+    "prefetch_cg": Case(dsl(prefetched_copy, {"x_ptr": P(f32), "out_ptr": P(f32), "n": i32}, {"BLOCK": 1024},
+                            {"x_ptr": 16, "out_ptr": 16, "n": 16}),
+                        (3,), lambda g: [_randn(g, 2500), nan_like((3072,), torch.float32), 2496], [1],
+                        expect=[r"@%p\d+ prefetch\.global\.L1 \[%rd\d+\];", r"@%p\d+ prefetch\.global\.L2",
+                                r"ld\.global\.cg\.v4\.b32"]),
     "scalars": Case(dsl(scalars, {"x_ptr": P(f32), "out_ptr": P(f32), "n": i32}),
                     (4,), lambda g: [_randn(g, 8), nan_like((4,), torch.float32),
                                      int(torch.randint(0, 10, (1,), generator=g))], [1],
@@ -608,6 +625,7 @@ SIM_HEADER = """.version 8.0
     ("add.u32 %r5, %r6, 1;", "read before any write"),
     ("mad.wide.u32 %rd3, %r1, 4, %rd2;\n  ld.global.b32 %r3, [%rd3+4];", "outside every tensor"),
     ("mad.wide.u32 %rd3, %r1, 2, %rd2;\n  ld.global.b32 %r3, [%rd3];", "misaligned"),
+    ("mad.wide.u32 %rd3, %r1, 4, %rd2;\n  prefetch.global.L1 [%rd3+4];", "outside every tensor"),
 ])
 def test_the_simulator_catches_what_the_codegen_must_never_do(body: str, message: str) -> None:
     ptx = SIM_HEADER + "  " + body + "\n  ret;\n}\n"
@@ -687,6 +705,19 @@ def test_gpu_math_within_the_documented_error(t: str, gen: torch.Generator) -> N
 
 
 # --------------------------------------------------------------------- vector shared-memory exchanges
+
+
+def test_prefetches_come_one_per_line_of_each_thread_run() -> None:
+    """`prefetched_copy` on 4 warps: 1024 contiguous f32 (16-byte aligned) are runs of 32 (one line's worth) in one
+    warp's lanes, each prefetched at its first and last element (its start is not known line-aligned, so it may
+    touch two lines); 32 pointers one line apart are one per lane; the scalar pointer is one prefetch by thread 0.
+    Replicated copies (the other warps) are predicated off by the owner test."""
+    ptx, _, _ = lower(dsl(prefetched_copy, {"x_ptr": P(f32), "out_ptr": P(f32), "n": i32}, {"BLOCK": 1024},
+                          {"x_ptr": 16, "out_ptr": 16, "n": 16}))
+    l1 = re.findall(r"(@%p\d+ )?prefetch\.global\.L1 \[(%rd\d+)\];", ptx)
+    l2 = re.findall(r"prefetch\.global\.L2", ptx)
+    assert len(l1) == 2 + 1 and len(l2) == 1, ptx
+    assert all(pred for pred, _ in l1)  # masked, or owners only
 
 
 def test_vector_runs_group_consecutive_aligned_registers() -> None:

@@ -1,5 +1,6 @@
 """Ops that need the running program: program_id, num_programs, addptr (pure, but about memory), load, store,
-atomic_add, barrier (a no-op: a program's ops run one at a time, each whole, so every write is already visible).
+prefetch (checks its addresses, does nothing else), atomic_add, barrier (a no-op: a program's ops run one at a
+time, each whole, so every write is already visible).
 Each builder returns a *step* `step(env, ctx)` reading operand slots of `env` and writing result slots; `ctx` is
 the program's Context (program.py) holding its ids, the grid and the Memory."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 
 from ..ir.core import Operation
 from ..ir.types import PointerType, ScalarType
-from .values import F32, dtype_of, from_raw, round_bf16, to_raw
+from .values import F32, dtype_of, from_raw, raw_dtype, round_bf16, to_raw
 
 Step = Callable[[list, Any], None]
 SlotOf = Callable[[Any], int]
@@ -81,6 +82,21 @@ def build_store(op: Operation, use: SlotOf, define: SlotOf) -> Step:
     return store
 
 
+def build_prefetch(op: Operation, use: SlotOf, define: SlotOf) -> Step:
+    """A prefetch changes nothing, but its enabled lanes are checked as a load's are: on the GPU a prefetch of a
+    wild address is silently harmless, which is exactly why a wrong one would go unnoticed there."""
+    s, loc, shape = _pointee(op), op.loc, op.operands[0].type.shape
+    ptr = use(op.operands[0])
+    mask = use(op.operands[1]) if len(op.operands) > 1 else None
+    itemsize = raw_dtype(s).itemsize
+
+    def prefetch(env: list, ctx: Any) -> None:
+        active = None if mask is None else _flat(env[mask])
+        ctx.memory.resolve(_flat(env[ptr]), active, itemsize, op.name, loc, shape)
+
+    return prefetch
+
+
 def adder(s: ScalarType) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """a + b in type `s` (ints wrap; f16/bf16 add in f32 and round)."""
     if s.name == "f16":
@@ -113,5 +129,6 @@ def build_barrier(op: Operation, use: SlotOf, define: SlotOf) -> Step:
 
 STEP_BUILDERS: dict[str, Callable[[Operation, SlotOf, SlotOf], Step]] = {
     "mt.program_id": build_program_id, "mt.num_programs": build_num_programs, "mt.load": build_load,
-    "mt.store": build_store, "mt.atomic_add": build_atomic_add, "mt.barrier": build_barrier,
+    "mt.store": build_store, "mt.prefetch": build_prefetch, "mt.atomic_add": build_atomic_add,
+    "mt.barrier": build_barrier,
 }

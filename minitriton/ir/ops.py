@@ -457,13 +457,22 @@ def _addptr(o: Operation) -> None:
         fail(o, "result must have the pointer's type")
 
 
-@op("mt.load", "Reads pointee values; operands (ptr[, mask[, other]]). Masked-off lanes give `other` (else 0).",
+# PTX cache operators of a global load (Triton's `cache_modifier` spellings): .ca caches in L1 and L2, .cg in L2
+# only (skips L1), .cs streams (evict first), .lu is the last use, .cv re-fetches (volatile-like)
+CACHE_MODIFIERS = (".ca", ".cg", ".cs", ".lu", ".cv")
+PREFETCH_LEVELS = ("L1", "L2")
+
+
+@op("mt.load", "Reads pointee values; operands (ptr[, mask[, other]]). Masked-off lanes give `other` (else 0). "
+    "Optional attr `cache_modifier` (one of CACHE_MODIFIERS): the PTX cache operator of the global load.",
     pure=False)
 def _load(o: Operation) -> None:
     counts(o, (1, 2, 3), 1)
     p = o.operands[0].type
     if not p.is_pointer:
         fail(o, f"first operand must be a pointer, got {p}")
+    if "cache_modifier" in o.attrs and attr(o, "cache_modifier", str) not in CACHE_MODIFIERS:
+        fail(o, f"cache_modifier must be one of {', '.join(CACHE_MODIFIERS)}, got {o.attrs['cache_modifier']!r}")
     want = with_scalar(p, p.scalar.pointee)  # type: ignore[union-attr]
     if strip(o.result.type) != strip(want):
         fail(o, f"result must be {want}")
@@ -481,6 +490,21 @@ def _store(o: Operation) -> None:
         fail(o, f"stores {p} <- {v}: value must match the pointee and shape")
     if len(o.operands) > 2 and strip(o.operands[2].type) != strip(with_scalar(p, i1)):
         fail(o, f"mask must be {with_scalar(p, i1)}")
+
+
+@op("mt.prefetch", "A hint: brings the memory lines holding the pointees into the cache level attr `level` (\"L1\" "
+    "or \"L2\"); operands (ptr[, mask]). Reads nothing into the program and changes no value; masked-off lanes "
+    "touch nothing. Enabled lanes must point at valid elements, as for mt.load (the interpreter checks them).",
+    pure=False)
+def _prefetch(o: Operation) -> None:
+    counts(o, (1, 2), 0)
+    p = o.operands[0].type
+    if not p.is_pointer:
+        fail(o, f"first operand must be a pointer, got {p}")
+    if len(o.operands) > 1 and strip(o.operands[1].type) != strip(with_scalar(p, i1)):
+        fail(o, f"mask must be {with_scalar(p, i1)}")
+    if attr(o, "level", str) not in PREFETCH_LEVELS:
+        fail(o, f"level must be one of {', '.join(PREFETCH_LEVELS)}, got {o.attrs['level']!r}")
 
 
 @op("mt.barrier", "Every thread of the program waits here; global and shared memory writes issued before it are "

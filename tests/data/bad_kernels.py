@@ -117,6 +117,14 @@ def load_non_pointer(x_ptr, n):
     y = mt.load(n)  # ERR
 
 
+def load_bad_cache_modifier(x_ptr, n):
+    y = mt.load(x_ptr, cache_modifier=".cx")  # ERR
+
+
+def prefetch_bad_level(x_ptr, n):
+    mt.prefetch(x_ptr + mt.arange(0, 16), level="L3")  # ERR
+
+
 def return_in_runtime_loop(x_ptr, n):
     for i in range(n):
         if i > 2:
