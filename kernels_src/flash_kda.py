@@ -57,6 +57,9 @@ RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recur
 # Off: not yet timed. At K3 the output recurrence then has cp.async rings 3 deep (124 KB of dynamic shared memory)
 # and 548 B of spills (480 without); the PTX simulator matches the interpreter (tests/test_flash_kda.py).
 RECURRENCE_CARRIED = False
+# Phase 2 prefetches chunk t + 1's operands (w, kg, u, qg, Aqk, decay: ~64 KB at K3) into L1 while chunk t runs
+# (kda_recurrence_kernel PREFETCH, one `prefetch.global.L1` per 128-byte line). Off until timed on the H200.
+RECURRENCE_PREFETCH = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
 STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
@@ -94,6 +97,14 @@ def _load_cols(ptr, base, row_h, valid, COLS: mt.constexpr, C0: mt.constexpr, CW
 def _store_cols(ptr, base, row_h, valid, x, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr):
     cols = C0 + mt.arange(0, CW)
     mt.store(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), x, mask=valid[:, None])
+
+
+@mt.func
+def _prefetch_rows(ptr, base, row_h, valid, COLS: mt.constexpr, C0, LINES: mt.constexpr, LINE: mt.constexpr):
+    """Into L1: the LINES 128-byte lines (LINE elements each) from column C0 of the rows base + row_h of a
+    [tokens, H, COLS] tensor (as _load_rows); one pointer per line, so each line is asked for once."""
+    starts = C0 + mt.arange(0, LINES) * LINE
+    mt.prefetch(ptr + base * COLS + (row_h[:, None] * COLS + starts[None, :]), mask=valid[:, None])
 
 
 @mt.func
@@ -479,7 +490,9 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                           H, h0_sn, h0_sh, h0_sk, h0_sv, ht_sn, ht_sh, ht_sk, ht_sv,
                           K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, BV: mt.constexpr,
                           TRANSITION: mt.constexpr, HAS_H0: mt.constexpr, STORE_HT: mt.constexpr,
-                          STATE_PRECISION: mt.constexpr, CARRIED: mt.constexpr = False):
+                          STATE_PRECISION: mt.constexpr, CARRIED: mt.constexpr = False,
+                          PREFETCH: mt.constexpr = False, LINES_K: mt.constexpr = 1, LINES_V: mt.constexpr = 1,
+                          LINES_T: mt.constexpr = 1):
     """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
 
     CARRIED (RECURRENCE_CARRIED): the dot operands w, qg, Aqk are read through carried pointer tiles advanced a chunk
@@ -493,6 +506,10 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     writes o and (STORE_HT) the final state into slot `final-state slot` of ht. TRANSITION mode runs the columns
     `col` of the augmented state X = [M | E] ([K, K+V]): X starts as [I | 0], u is taken as 0 on the M columns,
     and X is written to ht slot = segment; no o.
+
+    PREFETCH (RECURRENCE_PREFETCH): at the top of each chunk, the next chunk's operand lines are prefetched into L1
+    (LINES_K / LINES_V / LINES_T lines per K / BV / BT row of bf16), so its loads hit L1 instead of waiting out an
+    L2 or DRAM round trip each chunk: the serial chain's loads are otherwise issued with nothing in flight behind.
     """
     NVB = (K + V) // BV if TRANSITION else V // BV
     pid = mt.program_id(0)  # 1-D grid, column blocks fastest: the blocks of one head run side by side (L2 reuse)
@@ -519,6 +536,9 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                             + cols[None, :] * h0_sv)
         else:
             state = mt.zeros((K, BV), mt.float32)
+    u_col0 = vb * BV  # first u column of this block (transition: negative on the M columns, which read no u)
+    if TRANSITION:
+        u_col0 = vb * BV - K
     if CARRIED:
         rt_h0 = rt * H
         base0 = start.to(mt.int64) * H + h
@@ -532,6 +552,16 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         # 64-bit only in the chunk's scalar base row; in-chunk offsets are i32 (fewer registers per element)
         base = t0.to(mt.int64) * H + h
         rt_h = rt * H
+        if PREFETCH:
+            ahead = t0 + BT + rt < end
+            base_n = base + BT * H
+            _prefetch_rows(w_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64)
+            _prefetch_rows(kg_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64)
+            if u_col0 >= 0:
+                _prefetch_rows(u_ptr, base_n, rt_h, ahead, V, u_col0, LINES_V, 64)
+            if not TRANSITION:
+                _prefetch_rows(qg_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64)
+                _prefetch_rows(aqk_ptr, base_n, rt_h, ahead, BT, 0, LINES_T, 64)
         if CARRIED:
             w = mt.load(w_ptrs, mask=valid[:, None], other=0.0)
             w_ptrs += BT * H * K
@@ -861,7 +891,13 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         h0 if h0 is not None else spare, ht if ht is not None else spare, segments,
         H, *h0_strides, *ht_strides), K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
         STORE_HT=ht is not None, STATE_PRECISION=STATE_PRECISION, CARRIED=RECURRENCE_CARRIED,
+        PREFETCH=RECURRENCE_PREFETCH, LINES_K=_lines(K), LINES_V=_lines(bv), LINES_T=_lines(CHUNK),
         num_warps=recurrence_warps(programs, _num_sms(segments.device)))
+
+
+def _lines(elements: int, itemsize: int = 2) -> int:
+    """128-byte lines a row of `elements` bf16 spans (at least 1: a short row is one line's piece)."""
+    return max(1, elements * itemsize // 128)
 
 
 def recurrence_warps(programs: int, num_sms: int) -> int:

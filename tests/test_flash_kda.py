@@ -354,15 +354,18 @@ def test_gpu_matches_fla(T, H):
 # ------------------------------------------------------------- phase 2 with carried pointers (pipelined)
 
 
-@pytest.mark.parametrize("k_dim,bt,bv,tokens,dynamic", [
-    (32, 16, 16, 40, False),   # small tiles: the rings fit static shared memory
-    (64, 64, 32, 130, True),   # 24 KB a stage: the rings go to dynamic shared memory (mt_dyn); a ragged last chunk
+@pytest.mark.parametrize("k_dim,bt,bv,tokens,dynamic,mode", [
+    (32, 16, 16, 40, False, "carried"),   # small tiles: the rings fit static shared memory
+    (64, 64, 32, 130, True, "carried"),   # 24 KB a stage: the rings go to dynamic shared memory; a ragged last chunk
+    (64, 64, 32, 130, False, "prefetch"),  # the next chunk's lines prefetched; its masks stop at the ragged end
 ])
 def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPatch, k_dim: int, bt: int, bv: int,
-                                                    tokens: int, dynamic: bool) -> None:
+                                                    tokens: int, dynamic: bool, mode: str) -> None:
     """kda_recurrence_kernel with CARRIED (RECURRENCE_CARRIED): its w / qg / Aqk loads become cp.async rings (the
     pipeline pass), and the compiled PTX, run on the PTX simulator (groups, ring slots and races checked), gives
-    the interpreter's o and final state (to fp32 reassociation: 1e-6)."""
+    the interpreter's o and final state (to fp32 reassociation: 1e-6). With PREFETCH (RECURRENCE_PREFETCH) instead:
+    the interpreter checks that every unmasked prefetch points into its tensor (one past the last chunk would not),
+    and the PTX has one prefetch.global.L1 per operand tile and the same results."""
     from ptx_helpers import clone_args
     from ptx_sim import run_ptx
 
@@ -384,7 +387,8 @@ def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPa
     strides = args[7].stride()
     args += [H, *strides, *strides]
     const = dict(K=k_dim, V=k_dim, BT=bt, BV=bv, TRANSITION=False, HAS_H0=True, STORE_HT=True,
-                 STATE_PRECISION="tf32", CARRIED=True)
+                 STATE_PRECISION="tf32", CARRIED=mode == "carried", PREFETCH=mode == "prefetch",
+                 LINES_K=flash_kda._lines(k_dim), LINES_V=flash_kda._lines(bv), LINES_T=flash_kda._lines(bt))
     programs = k_dim // bv * H
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
     want = clone_args(args)
@@ -396,7 +400,10 @@ def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPa
     compiled = compiler.compile_kernel(kernel.fn, types, const, num_warps=warps, num_stages=3, target="ptx",
                                        divisibility={n: 16 for n, a in zip(kernel.runtime_params, args)
                                                      if isinstance(a, torch.Tensor)})
-    assert compiled.ptx.count("cp.async.cg") > 0
+    if mode == "prefetch":
+        assert compiled.ptx.count("prefetch.global.L1") == 5 and "cp.async" not in compiled.ptx
+    else:
+        assert compiled.ptx.count("cp.async.cg") > 0
     assert (compiled.metadata.get("dynamic_shared") or 0) > 0 if dynamic else not compiled.metadata.get("dynamic_shared")
     got = clone_args(args)
     run_ptx(compiled.ptx, compiled.metadata["name"], (programs,), got, 32 * warps)

@@ -1,6 +1,7 @@
 """FlashKDA's phase-1 variants (flash_kda.INTRA_VARIANTS: sliced, chunk64, sub16) side by side, in one GPU run.
 
-    python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [BxTxH ...]
+    python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
+                                                          [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
 
@@ -79,11 +80,12 @@ def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.
 
 
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
-        variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False) -> None:
+        variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
-    defaults = flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK, flash_kda.RECURRENCE_CARRIED
+    defaults = flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK, flash_kda.RECURRENCE_CARRIED, \
+        flash_kda.RECURRENCE_PREFETCH
     failed: dict[str, str] = {}
     for variant in variants:
         err = oracle_check(variant)
@@ -107,7 +109,12 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         if carried:  # phase 2's operands through carried pointers: cp.async rings (flash_kda.RECURRENCE_CARRIED)
             flash_kda.RECURRENCE_CARRIED = True
             time_against_sub16(f"B={B} T={T} H={H} sliced, carried recurrence", p, base)
-        flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK, flash_kda.RECURRENCE_CARRIED = defaults
+        flash_kda.RECURRENCE_CARRIED = defaults[2]
+        if prefetch:  # phase 2 prefetches the next chunk's operand lines into L1 (flash_kda.RECURRENCE_PREFETCH)
+            flash_kda.RECURRENCE_PREFETCH = True
+            time_against_sub16(f"B={B} T={T} H={H} sliced, prefetched recurrence", p, base)
+        (flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK, flash_kda.RECURRENCE_CARRIED,
+         flash_kda.RECURRENCE_PREFETCH) = defaults
         try:
             rows = kernel_times(bench.fla(p))
             print(f"B={B} T={T} H={H} fla     : {sum(t for _, t in rows):9.1f} us  "
@@ -172,14 +179,14 @@ def main() -> None:
     if args == ["--static"]:
         static()
         return
-    options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no"}
+    options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no"}
     while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
         options[name] = value
     blocks = tuple(int(b) for b in options["--state-blocks"].split(",") if b)
     variants = tuple(v for v in options["--variants"].split(",") if v in PHASE1)
     gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES, blocks, variants,  # type: ignore[misc]
-        options["--carried"] != "no")
+        options["--carried"] != "no", options["--prefetch"] != "no")
 
 
 if __name__ == "__main__":
