@@ -1181,6 +1181,46 @@ def _staged_new_token(S, row, o_row, cols, offs_v, o_offs, o_lane, K: mt.constex
     return S
 
 
+def staged_prefetch_pointers(prefetch: int, pf_floats: int, half_rows: int, row_floats: int) -> int:
+    """NPF of `kda_decode_staged_kernel`: the size of its prefetch pointer tile. PREFETCH 1 / 3 (the item's token
+    rows at once) point at every `pf_floats` floats of the 2 TH token rows; PREFETCH 2 (one row per token) at every
+    `pf_floats` floats of one row, plus its last float (a row need not start on a line). 0: no prefetch (1)."""
+    if prefetch in (1, 3):
+        return _pow2_at_least(-(-2 * half_rows * row_floats // pf_floats))
+    if prefetch == 2:
+        return _pow2_at_least(-(-(row_floats - 1) // pf_floats) + 1)
+    return 1
+
+
+@mt.func
+def _seq_row(i, n_replay, TH: mt.constexpr):
+    """The scratch row of the i-th token the token loops take: replayed draft i at row i, then new token i - n at
+    row TH + i - n."""
+    return mt.where(i < n_replay, i, TH + i - n_replay)
+
+
+@mt.func
+def _prefetch_area(scr, pf, n_replay, T, PF: mt.constexpr, RS: mt.constexpr, TH: mt.constexpr,
+                   TOUCH: mt.constexpr, num_items):
+    """Every line of this item's token rows (replays 0..n-1, or row 0 whose D column the fold reads; new tokens
+    TH..TH+T-1) into this SM's L1 at once: `pf` [NPF] counts PF-float steps over the rows. TOUCH (a probe, not a
+    design): real loads of one float per step instead, consumed by a store that never runs (num_items < 0 is never
+    true, but the compilers cannot know), so they allocate in L1 whatever `prefetch.global.L1` does on the GPU."""
+    at = pf * PF
+    need = (at < mt.maximum(n_replay, 1) * RS) | ((at < (TH + T) * RS) & (at + PF > TH * RS))
+    if TOUCH:
+        mt.store(scr + at, mt.load(scr + at, mask=need), mask=need & (num_items < 0))
+    else:
+        mt.prefetch(scr + at, mask=need)
+
+
+@mt.func
+def _prefetch_row(scr, i, n_replay, T, pf_offs, pf_ok, RS: mt.constexpr, TH: mt.constexpr):
+    """The lines of the row of the token loops' i-th token (`_seq_row`) into L1, when there is such a token:
+    pf_offs [NPF] are the row's line steps and its last float, pf_ok which of them exist."""
+    mt.prefetch(scr + _seq_row(i, n_replay, TH) * RS + pf_offs, mask=pf_ok & (i < n_replay + T))
+
+
 @mt.kernel(min_blocks_per_sm=2)
 def kda_decode_staged_kernel(
         q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
@@ -1189,7 +1229,8 @@ def kda_decode_staged_kernel(
         scale, lower_bound, norm_eps, renorm_every, scratch_ptr, num_items,
         H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
         KL: mt.constexpr, KV: mt.constexpr, TH: mt.constexpr, TN: mt.constexpr, OR: mt.constexpr,
-        ONE_RUN: mt.constexpr):
+        ONE_RUN: mt.constexpr, PREFETCH: mt.constexpr = 0, PF: mt.constexpr = 32, NPF: mt.constexpr = 1,
+        AHEAD: mt.constexpr = 1, STATE_CACHE: mt.constexpr = ""):
     """The step for T > 1 with the whole state in registers and no barrier in the token loops (variant `staged`).
     A persistent grid; each program works through (row, head) items with its own scratch (L2/L1-resident):
       1. the raw q | k | v of every sequence position (the committed window, the replayed drafts, the new tokens)
@@ -1209,7 +1250,14 @@ def kda_decode_staged_kernel(
       4. mt.barrier(), then the gated RMSNorm of all new tokens at once ([TN, V]) -> o.
     Runs of the deferred decay are at most `renorm_every` tokens (D >= e^-40): each half from its row 0 in steps
     of R, folded between runs; with ONE_RUN (each half fits one run, K3's case) the prologue's scan is one cumsum
-    and the loops have no folds inside."""
+    and the loops have no folds inside.
+    The token rows were written by other threads' stores, which Hopper's L1 does not keep: without help each
+    token's first column read waits for L2. PREFETCH (variants staged_pf*, docs/kernels/kda_decode.md): 1, after
+    the prologue's last barrier every thread prefetches its share of the item's token-row lines into L1 (one
+    pointer every PF floats: 32 = a 128-byte line, 8 = a 32-byte sector; NPF pointers); 2, the first AHEAD rows
+    then, and each token the row AHEAD tokens later; 3, a probe: the lines of 1 touched by real loads. 0 (the
+    default, variant `staged`): none. STATE_CACHE: the state load's cache modifier (".cg": read through L2 only,
+    so the 64 KB of state an item reads does not evict the rows from L1)."""
     pid = mt.program_id(0)
     T = NUM_DRAFTS + 1
     C = 2 * H * K + H * V
@@ -1237,6 +1285,9 @@ def kda_decode_staged_kernel(
     hrow = mt.arange(0, TH)[None, :]  # a token row within its half (the halves' decay runs)
     w4 = mt.arange(0, 4)
     tt = mt.arange(0, TN)
+    pf = mt.arange(0, NPF)
+    pf_offs = mt.minimum(pf * PF, RS - 1)  # PREFETCH 2: a row's line steps, then its last float
+    pf_ok = pf * PF < RS - 1 + PF
     for item in range(pid, num_items, mt.num_programs(0)):
         h = item % H
         b = item // H
@@ -1246,7 +1297,7 @@ def kda_decode_staged_kernel(
             n_replay = _replay_count(num_accepted_ptr, b, MAX_DRAFTS)
             _, _, ch_q, ch_k, ch_v = _head_channels(h, H, K, V)
             state_at = state_ptr + (slot64 * H + h) * (V * K) + state_offs
-            S = mt.load(state_at)  # the committed state, in flight during the prologue
+            S = mt.load(state_at, cache_modifier=STATE_CACHE)  # the committed state, in flight during the prologue
             dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
             a_coef = mt.exp(mt.load(a_log_ptr + h))
             conv_base = conv_state_ptr + slot64 * (3 * C)
@@ -1327,6 +1378,11 @@ def kda_decode_staged_kernel(
             mt.store(draft_beta_ptr + draft0 + mt.maximum(tt - 1, 0) * H, mt.load(beta_ptr + tok_rows, mask=new_draft),
                      mask=new_draft)
             mt.barrier()  # the token rows are read by other threads (in the state's layout) below
+            if PREFETCH == 1 or PREFETCH == 3 or (PREFETCH == 2 and not ONE_RUN):
+                _prefetch_area(scr, pf, n_replay, T, PF, RS, TH, PREFETCH == 3, num_items)
+            if PREFETCH == 2 and ONE_RUN:
+                for i in mt.static_range(AHEAD):
+                    _prefetch_row(scr, i, n_replay, T, pf_offs, pf_ok, RS, TH)
 
             # 3. the token loop: the replayed drafts (rows 0..n-1), then the new tokens (rows TH..TH+T-1). Each
             #    half's runs start at its row 0; the bonus token's true state S D_0 is stored (the only state write).
@@ -1334,13 +1390,19 @@ def kda_decode_staged_kernel(
             bonus_row = scr + TH * RS
             if ONE_RUN:
                 for j in range(0, n_replay):
+                    if PREFETCH == 2:
+                        _prefetch_row(scr, j + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
                     S = _staged_replay(S, scr + j * RS, cols, offs_v, K, V)
                 # the replays' run ends: its last D (no replay: row 0, whose g = 0 makes D = 1)
                 S = S * _column(scr + mt.maximum(n_replay - 1, 0) * RS, cols)
+                if PREFETCH == 2:
+                    _prefetch_row(scr, n_replay + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
                 S = _staged_new_token(S, bonus_row, o_area, cols, offs_v, o_offs, o_lane, K, V, OR, VW)
                 mt.store(state_at, S * _column(bonus_row, cols))
                 if NUM_DRAFTS > 0:
                     for t in range(1, T - 1):
+                        if PREFETCH == 2:
+                            _prefetch_row(scr, n_replay + t + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
                         S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_v, o_offs, o_lane, K,
                                               V, OR, VW)
                     # the last draft needs its output only (its state is dropped)
@@ -1393,6 +1455,18 @@ class Variant:
     kernel: str  # kernel for T > 1
     warps: int
     rows: int = 1  # kda_decode_scratch_kernel: rows of a chunk per lane group (`state_chunk_rows`)
+    # kda_decode_staged_kernel: how the token rows reach L1 (PREFETCH: 0 not at all, 1 the item's rows after the
+    # prologue, 2 per token `ahead` tokens early, 3 touched by loads: a probe), one pointer every `pf_floats`
+    # floats, and the state load's cache modifier
+    prefetch: int = 0
+    pf_floats: int = 32
+    ahead: int = 1
+    state_cache: str = ""
+
+    @property
+    def t_gt_1(self) -> tuple:
+        """What decides the T > 1 kernel's code (variants equal here time the same k >= 1 kernel)."""
+        return (self.kernel, self.warps, self.rows, self.prefetch, self.pf_floats, self.ahead, self.state_cache)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -1414,6 +1488,21 @@ VARIANTS: dict[str, Variant] = {
     # no block barrier and no layout conversion in the token loops (2026-12-01; not yet timed). k = 0 as
     # stream_l32_pf2
     "staged": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8),
+    # the staged kernel with its token rows brought into L1 (2026-12-01 late; not yet timed): the state read
+    # through L2 only (staged_cg: that alone, the control), and the rows prefetched after the prologue in 128-byte
+    # lines (staged_pf) or 32-byte sectors (staged_pf_sec), or per token 1 / 2 tokens ahead (staged_pf1 / _pf2), or
+    # touched by real loads (staged_touch: a probe of whether L1 residency is what helps, whatever the prefetch does)
+    "staged_cg": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, state_cache=".cg"),
+    "staged_pf": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=1,
+                         state_cache=".cg"),
+    "staged_pf_sec": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=1,
+                             pf_floats=8, state_cache=".cg"),
+    "staged_pf1": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=2,
+                          state_cache=".cg"),
+    "staged_pf2": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=2, ahead=2,
+                          state_cache=".cg"),
+    "staged_touch": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=3,
+                            state_cache=".cg"),
 }
 # The chunked kernel factors e^(G_i - G_j) as e^G_i e^-G_j: a chunk's cumulative log-decay must stay inside fp32's
 # exponent range (rows x |lower_bound| <= CHUNK_MAX_LOG_DECAY), else the step runs the loop kernel.
@@ -1583,11 +1672,12 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         programs = scratch_programs(q.device, bsz * h)
         scratch = torch.empty(programs * staged_scratch_floats(kd, vd, cache.max_drafts, t, num_warps),
                               dtype=torch.float32, device=q.device)
+        th = staged_half_rows(cache.max_drafts, t, kd, num_warps)
         kernel[(programs,)](*args, scratch, bsz * h, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
-                            KL=lanes_k, KV=vec_k, TH=staged_half_rows(cache.max_drafts, t, kd, num_warps),
-                            TN=_pow2_at_least(t),
+                            KL=lanes_k, KV=vec_k, TH=th, TN=_pow2_at_least(t),
                             OR=staged_out_rows(vd, num_warps, lanes_k),
-                            ONE_RUN=staged_one_run(cache.max_drafts, t, weights.lower_bound), num_warps=num_warps)
+                            ONE_RUN=staged_one_run(cache.max_drafts, t, weights.lower_bound), num_warps=num_warps,
+                            **_staged_options(chosen, th, staged_row_floats(kd, vd)))
     elif kernel_name.startswith("kda_decode_chunked") and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          TR=_pow2_at_least(cache.max_drafts), TN=_pow2_at_least(t), num_warps=num_warps)
@@ -1598,6 +1688,20 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, KL=lanes_k,
                          KV=vec_k, num_warps=num_warps)
     return out
+
+
+def _staged_options(chosen: Variant, half_rows: int, row_floats: int) -> dict:
+    """The staged kernel's prefetch constexprs for a variant, only where they differ from the kernel's defaults (so
+    variant `staged` compiles and launches exactly as before they existed)."""
+    options: dict = {}
+    if chosen.prefetch:
+        options.update(PREFETCH=chosen.prefetch, PF=chosen.pf_floats,
+                       NPF=staged_prefetch_pointers(chosen.prefetch, chosen.pf_floats, half_rows, row_floats))
+        if chosen.prefetch == 2:
+            options["AHEAD"] = chosen.ahead
+    if chosen.state_cache:
+        options["STATE_CACHE"] = chosen.state_cache
+    return options
 
 
 def _pow2_at_least(n: int) -> int:
@@ -1626,11 +1730,21 @@ kda_decode_t1_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, MAX
                                 PREFETCH=1, num_warps=8)
 kda_decode_chunked_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, TR=8,
                                      TN=8, num_warps=8)  # variant chunked, 7 drafts
+
+
+def staged_k3_spec(variant: str = "staged", drafts: int = 7):  # type: ignore[no-untyped-def]
+    """The K3-shape specialization (H = 96, K = V = 128, 8 warps, lower_bound -5: ONE_RUN) of a staged variant's
+    kernel with the cache holding `drafts` drafts, not registered as an AOT one (for ptxas / SASS checks of the
+    variants without compiling them all in `minitriton compile` and the IR round-trip tests)."""
+    th = staged_half_rows(drafts, drafts + 1, 128, 8)
+    return kda_decode_staged_kernel.aot_spec(
+        _K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", 8, None, None, H=96, K=128, V=128,
+        NUM_DRAFTS=drafts, MAX_DRAFTS=drafts, KL=8, KV=4, TH=th, TN=_pow2_at_least(drafts + 1), OR=4,
+        ONE_RUN=True, **_staged_options(VARIANTS[variant], th, staged_row_floats(128, 128)))
+
+
 for _drafts in (1, 3, 7):  # variant staged at the benchmark's k (the cache holding k drafts), lower_bound -5
-    kda_decode_staged_kernel.specialize(signature=_K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", H=96,
-                                        K=128, V=128, NUM_DRAFTS=_drafts, MAX_DRAFTS=_drafts, KL=8, KV=4,
-                                        TH=staged_half_rows(_drafts, _drafts + 1, 128, 8),
-                                        TN=_pow2_at_least(_drafts + 1), OR=4, ONE_RUN=True, num_warps=8)
+    kda_decode_staged_kernel.specializations.append(staged_k3_spec("staged", _drafts))
 for _rows in (1, 2):  # variants stream_scratch (chunks of 32 rows) and stream_scratch_vc64 (64 rows), 7 drafts
     kda_decode_scratch_kernel.specialize(signature=_K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", H=96,
                                          K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, VC=32 * _rows, TP=16,

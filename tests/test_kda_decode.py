@@ -291,6 +291,31 @@ def test_staged_kernel_runs_of_the_deferred_decay(interpret: None, lower_bound: 
     assert 0 in rep.accepted_counts and 5 in rep.accepted_counts
 
 
+STAGED_L1 = ["staged_cg", "staged_pf", "staged_pf_sec", "staged_pf1", "staged_pf2", "staged_touch"]
+
+
+@pytest.mark.parametrize("variant", ["staged_pf", "staged_pf2"])
+def test_staged_kernel_with_its_rows_in_l1_matches_the_reference(interpret: None, variant: str) -> None:
+    """The staged variants that bring the token rows into L1 (prefetched after the prologue; per token, 2 tokens
+    ahead) compute what `staged` does: 7 drafts, fp32, through the simulator. The interpreter checks every
+    prefetched address as it checks a load's (a prefetch past the scratch would raise). staged_pf1 and
+    staged_touch run in the interpreter as the PTX simulator tests' reference; staged_cg and staged_pf_sec differ
+    from these only in constants the host wrapper test checks."""
+    step = functools.partial(kda_decode_step, variant=variant)
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=32, head_v_dim=64, num_drafts=7, steps=8,
+                               dtype=torch.float32, seed=16)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+    assert 0 in rep.accepted_counts and 7 in rep.accepted_counts
+
+
+def test_staged_kernel_prefetch_per_token_without_one_run(interpret: None) -> None:
+    """Runs of 2 (-20: not ONE_RUN): `staged_pf2` prefetches the item's rows at once instead (still correct)."""
+    step = functools.partial(kda_decode_step, variant="staged_pf2")
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=16, head_v_dim=32, num_drafts=5, steps=6,
+                               dtype=torch.float32, seed=25, lower_bound=-20.0)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
+
+
 def test_staged_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
     """`staged`, 5 drafts (5 / 2 / 0 / 3 accepted), K = 32, V = 64: outputs, state, conv window, draft cache."""
     check_step_against_torch(23, 32, 64, 5, [5, 2, 0, 3], variant="staged")
@@ -426,6 +451,26 @@ def test_host_wrapper_launches_the_persistent_staged_kernel(monkeypatch: pytest.
     assert t1.launches[0][2]["KL"] == 32 and t1.launches[0][2]["PREFETCH"] == 2  # as stream_l32_pf2
 
 
+def test_host_wrapper_passes_the_staged_prefetch_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The L1 variants launch the same kernel with their prefetch constexprs (K3, k = 7: 16 rows of 644 floats are
+    322 lines, 512 pointers; 1288 sectors, 2048; per token 21 line steps plus the row's last float, 32); `staged`
+    passes none of them (it compiles exactly as before they existed)."""
+    fake = RecordingKernel()
+    monkeypatch.setattr(kda_decode, "kda_decode_staged_kernel", fake)
+    x, w, cache, idx, acc = meta_step_inputs(b=5, t=8, h=96, kd=128, vd=128, drafts=7)
+    want = {"staged": {}, "staged_cg": dict(STATE_CACHE=".cg"),
+            "staged_pf": dict(PREFETCH=1, PF=32, NPF=512, STATE_CACHE=".cg"),
+            "staged_pf_sec": dict(PREFETCH=1, PF=8, NPF=2048, STATE_CACHE=".cg"),
+            "staged_pf1": dict(PREFETCH=2, PF=32, NPF=32, AHEAD=1, STATE_CACHE=".cg"),
+            "staged_pf2": dict(PREFETCH=2, PF=32, NPF=32, AHEAD=2, STATE_CACHE=".cg"),
+            "staged_touch": dict(PREFETCH=3, PF=32, NPF=512, STATE_CACHE=".cg")}
+    assert set(want) == {"staged", *STAGED_L1}
+    for variant, options in want.items():
+        kda_decode_step(*x, w, cache, idx, acc, variant=variant)
+        kwargs = fake.launches[-1][2]
+        assert {k: kwargs[k] for k in kwargs if k in ("PREFETCH", "PF", "NPF", "AHEAD", "STATE_CACHE")} == options
+
+
 def test_host_wrapper_dispatches_k0_to_the_streamed_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """k = 0 with variant="stream" launches the streamed T = 1 kernel (32-row chunks at K = V = 128, 8 warps),
     reading no device data; variant="loop" launches the general kernel instead; an unknown variant is rejected."""
@@ -523,24 +568,53 @@ def test_k3_staged_kernel_fits_two_programs_per_sm() -> None:
         assert compiled.metadata["spill_stores"] <= 384 and compiled.metadata["spill_loads"] <= 384, compiled.report()
 
 
-def test_k3_staged_kernel_has_no_barrier_in_its_token_loops() -> None:
-    """What the staged kernel is for: at the K3 shape every bar.sync of its PTX is outside the token loops (in the
-    item loop's prologue and output norm, or before it), per tools/barrier_sites.py; the general kernel has 4 per
-    replayed and 8 per new token."""
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
+@pytest.mark.parametrize("variant", ["staged_pf", "staged_pf1"])
+def test_k3_staged_prefetch_variants_fit_like_staged(variant: str) -> None:
+    """staged_pf (the item's rows prefetched after the prologue) and staged_pf1 (each token the next row) at the K3
+    shape, k = 7: still 128 registers and about staged's spills (312 / 316 B), the prefetches in the PTX
+    (`prefetch.global.L1`: 2 per thread for staged_pf; staged_pf1 one per token loop, the peeled tokens and the
+    first row), the state loaded with ld.global.cg, and no bar.sync inside the token loops."""
+    tool = _barrier_tool()
+    kernel = kda_decode.kda_decode_staged_kernel
+    with tool.counted_barriers() as counts:
+        compiled = kda_decode.staged_k3_spec(variant, 7).compile(target="cubin")
+    assert compiled.metadata["registers"] <= 128, compiled.report()
+    assert compiled.metadata["spill_stores"] <= 384 and compiled.metadata["spill_loads"] <= 384, compiled.report()
+    assert compiled.ptx.count("prefetch.global.L1") == (2 if variant == "staged_pf" else 4)
+    assert compiled.ptx.count("ld.global.cg.v4.b32") == 16  # the state: 64 fp32 per thread
+    assert {loop for (_, _, loop) in counts} <= {"-", f"kda_decode.py:{_item_loop_line(kernel)}:4"}, counts
+
+
+def _barrier_tool():  # type: ignore[no-untyped-def]
+    """tools/barrier_sites.py as a module."""
     import importlib.util
-    import inspect
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "tools" / "barrier_sites.py"
     spec = importlib.util.spec_from_file_location("barrier_sites", path)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    kernel = kda_decode.kda_decode_staged_kernel
+    return tool
+
+
+def _item_loop_line(kernel) -> int:  # type: ignore[no-untyped-def]
+    """The source line of a persistent kernel's item loop (the only loop a barrier may be in)."""
+    import inspect
+
     lines, first = inspect.getsourcelines(kernel.fn)
     item_loop, = [first + i for i, line in enumerate(lines) if "for item in range(pid, num_items" in line]
-    counts = tool.barrier_sites(kernel)
+    return item_loop
+
+
+def test_k3_staged_kernel_has_no_barrier_in_its_token_loops() -> None:
+    """What the staged kernel is for: at the K3 shape every bar.sync of its PTX is outside the token loops (in the
+    item loop's prologue and output norm, or before it), per tools/barrier_sites.py; the general kernel has 4 per
+    replayed and 8 per new token."""
+    kernel = kda_decode.kda_decode_staged_kernel
+    counts = _barrier_tool().barrier_sites(kernel)
     loops = {loop for (_, _, loop) in counts}
-    assert loops <= {"-", f"kda_decode.py:{item_loop}:4"}, counts
+    assert loops <= {"-", f"kda_decode.py:{_item_loop_line(kernel)}:4"}, counts
     assert 0 < sum(counts.values()) <= 20, counts
 
 
@@ -659,6 +733,19 @@ def test_compiled_staged_kernel_matches_the_interpreter(kd: int, vd: int, num_wa
                                       variant="staged")
 
 
+@pytest.mark.parametrize("kd,vd,lower_bound,variant", [
+    (32, 64, -5.0, "staged_pf1"),  # ONE_RUN: the first row after the prologue, then each token the next one
+    (16, 16, -20.0, "staged_touch"),  # the item's rows at once (touched by loads; the store that never runs)
+])
+def test_compiled_staged_prefetch_kernel_matches_the_interpreter(kd: int, vd: int, lower_bound: float,
+                                                                 variant: str) -> None:
+    """The L1 variants' PTX on the simulator (4 warps): the prefetches' addresses stay inside the scratch (the
+    simulator bounds-checks them), the probe's predicated-off stores write nothing, and the step is `staged`'s."""
+    ptx = compiled_step_matches_interpreter("kda_decode_staged_kernel", kd, vd, 4, lower_bound, drafts=3,
+                                            variant=variant)
+    assert ("prefetch.global.L1" in ptx) == (variant != "staged_touch") and "ld.global.cg" in ptx
+
+
 # ------------------------------------------------------------------------------------------------ GPU
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -671,7 +758,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (64, 96, 0, "stream_l32_pf2"), (64, 96, 0, "stream_l32"), (256, 12, 7, "stream_scratch"),
     (64, 96, 3, "stream_scratch"), (64, 96, 7, "stream_scratch_vc64"), (256, 12, 7, "chunked"),
     (64, 96, 3, "chunked"), (64, 96, 7, "chunked_2cta"), (256, 12, 7, "staged"), (64, 96, 7, "staged"),
-    (64, 96, 3, "staged"), (256, 12, 1, "staged")])
+    (64, 96, 3, "staged"), (256, 12, 1, "staged"), (256, 12, 7, "staged_pf"), (64, 96, 7, "staged_pf"),
+    (256, 12, 7, "staged_pf1"), (256, 12, 7, "staged_touch")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
@@ -685,7 +773,7 @@ def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch"), (7, "chunked"),
-                                            (7, "staged")])
+                                            (7, "staged"), (7, "staged_pf")])
 def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int,
                                                        variant: str | None) -> None:
     """Capture one step, change the accepted counts and slots in place, replay: equals an eager step (k = 0: the

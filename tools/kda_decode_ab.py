@@ -12,7 +12,10 @@ T > 1 kernel, so variants that share it (same kernel, warps and chunk rows) shar
 marked '='). `stream_scratch` and `stream_scratch_vc64` time the streamed T > 1 kernel (`kda_decode_scratch_kernel`)
 in the k7 columns; run them alone with `--variants stream,stream_scratch,stream_scratch_vc64`. `staged` times
 `kda_decode_staged_kernel` (the whole state in registers, the per-token vectors staged up front, no barrier in the
-token loops) against the loop kernel: `--variants stream_l32_pf2,staged`.
+token loops) against the loop kernel: `--variants stream_l32_pf2,staged`. The staged variants with their token rows
+brought into L1 (`staged_cg` the control: the state read .cg only; `staged_pf`, `staged_pf_sec`, `staged_pf1`,
+`staged_pf2`, `staged_touch`; docs/kernels/kda_decode.md) are the same kernel with other constexprs, each timed:
+`--variants stream_l32_pf2,staged,staged_cg,staged_pf,staged_pf_sec,staged_pf1,staged_pf2,staged_touch`.
 """
 from __future__ import annotations
 
@@ -93,8 +96,7 @@ def main(argv: list[str] | None = None) -> None:
                 lines.append(f"{v:<20}{batch}x{heads:<7} FAILED the check: not timed")
                 continue
             k0 = bench.time_us(lambda: bench.ours(p0, 0, v), args.graph)
-            spec = kda_decode.VARIANTS[v]
-            key = (spec.kernel, spec.warps, spec.rows)
+            key = kda_decode.VARIANTS[v].t_gt_1
             shared = key in timed_t7
             if not shared:
                 timed_t7[key] = (bench.time_us(lambda: bench.ours(p7, 7, v), args.graph),

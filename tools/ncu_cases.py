@@ -83,6 +83,9 @@ CASES: dict[str, Callable[[], Call]] = {
     "kda_scratch_k7": lambda: kda_decode(7, 7, "stream_scratch_vc64"),
     "kda_chunked_k7": lambda: kda_decode(7, 7, "chunked"),
     "kda_staged_k7": lambda: kda_decode(7, 7, "staged"),
+    "kda_staged_pf_k7": lambda: kda_decode(7, 7, "staged_pf"),
+    "kda_staged_pf1_k7": lambda: kda_decode(7, 7, "staged_pf1"),
+    "kda_staged_touch_k7": lambda: kda_decode(7, 7, "staged_touch"),
     "flash_t8192": lambda: flash_kda(8192),
 }
 
