@@ -1215,6 +1215,17 @@ def _prefetch_area(scr, pf, n_replay, T, PF: mt.constexpr, RS: mt.constexpr, TH:
 
 
 @mt.func
+def _prefetch_span(at, n_floats, NP: mt.constexpr, PF: mt.constexpr, TOUCH: mt.constexpr, num_items):
+    """The n_floats floats from `at` into L1, NP pointers PF floats apart (TOUCH: touched by loads, as in
+    `_prefetch_area`)."""
+    offs = mt.arange(0, NP) * PF
+    if TOUCH:
+        mt.store(at + offs, mt.load(at + offs, mask=offs < n_floats), mask=(offs < n_floats) & (num_items < 0))
+    else:
+        mt.prefetch(at + offs, mask=offs < n_floats)
+
+
+@mt.func
 def _prefetch_row(scr, i, n_replay, T, pf_offs, pf_ok, RS: mt.constexpr, TH: mt.constexpr):
     """The lines of the row of the token loops' i-th token (`_seq_row`) into L1, when there is such a token:
     pf_offs [NPF] are the row's line steps and its last float, pf_ok which of them exist."""
@@ -1230,7 +1241,7 @@ def kda_decode_staged_kernel(
         H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
         KL: mt.constexpr, KV: mt.constexpr, TH: mt.constexpr, TN: mt.constexpr, OR: mt.constexpr,
         ONE_RUN: mt.constexpr, PREFETCH: mt.constexpr = 0, PF: mt.constexpr = 32, NPF: mt.constexpr = 1,
-        AHEAD: mt.constexpr = 1, STATE_CACHE: mt.constexpr = ""):
+        AHEAD: mt.constexpr = 1, NPS: mt.constexpr = 0, STATE_CACHE: mt.constexpr = ""):
     """The step for T > 1 with the whole state in registers and no barrier in the token loops (variant `staged`).
     A persistent grid; each program works through (row, head) items with its own scratch (L2/L1-resident):
       1. the raw q | k | v of every sequence position (the committed window, the replayed drafts, the new tokens)
@@ -1256,8 +1267,11 @@ def kda_decode_staged_kernel(
     the prologue's last barrier every thread prefetches its share of the item's token-row lines into L1 (one
     pointer every PF floats: 32 = a 128-byte line, 8 = a 32-byte sector; NPF pointers); 2, the first AHEAD rows
     then, and each token the row AHEAD tokens later; 3, a probe: the lines of 1 touched by real loads. 0 (the
-    default, variant `staged`): none. STATE_CACHE: the state load's cache modifier (".cg": read through L2 only,
-    so the 64 KB of state an item reads does not evict the rows from L1)."""
+    default, variant `staged`): none. The same holds for the sequence area that step 2's conv reads back after
+    the first barrier: NPS > 0 prefetches it then (NPS pointers PF floats apart; touched with PREFETCH 3), and
+    this head's conv taps at the item's start.
+    STATE_CACHE: the state load's cache modifier (".cg": read through L2 only, so the 64 KB of state an item
+    reads does not evict the rows from L1)."""
     pid = mt.program_id(0)
     T = NUM_DRAFTS + 1
     C = 2 * H * K + H * V
@@ -1303,6 +1317,11 @@ def kda_decode_staged_kernel(
             conv_base = conv_state_ptr + slot64 * (3 * C)
             draft0 = (slot64 * MAX_DRAFTS) * H + h
             tok0 = (b * T) * H + h
+            if NPS > 0:  # this head's conv taps, read after the first barrier (where no load can be hoisted)
+                _prefetch_span(conv_w_ptr + h * K * 4, 4 * K, 4 * K // PF, PF, PREFETCH == 3, num_items)
+                _prefetch_span(conv_w_ptr + (H + h) * K * 4, 4 * K, 4 * K // PF, PF, PREFETCH == 3, num_items)
+                _prefetch_span(conv_w_ptr + (2 * H * K + h * V) * 4, 4 * V, 4 * V // PF, PF, PREFETCH == 3,
+                               num_items)
 
             # 1. raw inputs to the sequence area (row r = position r - 3)
             pos = mt.where(rr < TH, rr, n_replay + rr - TH)  # [2 TH] the token rows' sequence positions
@@ -1321,6 +1340,8 @@ def kda_decode_staged_kernel(
             # the sequence area was written in other threads' layouts; and every thread's loads of the conv window
             # and of the replayed draft rows are done before they are overwritten below ("In-place safety")
             mt.barrier()
+            if NPS > 0:  # the conv's shifted reads below come back to it four times per projection
+                _prefetch_span(seq, (2 * TH + 3) * RAW, NPS, PF, PREFETCH == 3, num_items)
 
             # 2. every token's state-independent vectors, to its scratch row (in an order that keeps few tiles live
             #    next to the state, which is in flight)
@@ -1461,12 +1482,14 @@ class Variant:
     prefetch: int = 0
     pf_floats: int = 32
     ahead: int = 1
+    seq_prefetch: bool = False  # the sequence area too, after the prologue's first barrier
     state_cache: str = ""
 
     @property
     def t_gt_1(self) -> tuple:
         """What decides the T > 1 kernel's code (variants equal here time the same k >= 1 kernel)."""
-        return (self.kernel, self.warps, self.rows, self.prefetch, self.pf_floats, self.ahead, self.state_cache)
+        return (self.kernel, self.warps, self.rows, self.prefetch, self.pf_floats, self.ahead, self.seq_prefetch,
+                self.state_cache)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -1488,21 +1511,19 @@ VARIANTS: dict[str, Variant] = {
     # no block barrier and no layout conversion in the token loops (2026-12-01; not yet timed). k = 0 as
     # stream_l32_pf2
     "staged": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8),
-    # the staged kernel with its token rows brought into L1 (2026-12-01 late; not yet timed): the state read
-    # through L2 only (staged_cg: that alone, the control), and the rows prefetched after the prologue in 128-byte
-    # lines (staged_pf) or 32-byte sectors (staged_pf_sec), or per token 1 / 2 tokens ahead (staged_pf1 / _pf2), or
-    # touched by real loads (staged_touch: a probe of whether L1 residency is what helps, whatever the prefetch does)
-    "staged_cg": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, state_cache=".cg"),
-    "staged_pf": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=1,
-                         state_cache=".cg"),
-    "staged_pf_sec": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=1,
-                             pf_floats=8, state_cache=".cg"),
-    "staged_pf1": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=2,
-                          state_cache=".cg"),
-    "staged_pf2": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=2, ahead=2,
-                          state_cache=".cg"),
-    "staged_touch": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, prefetch=3,
-                            state_cache=".cg"),
+    # the staged kernel with what its prologue wrote brought into L1 (2026-12-01 late; not yet timed): the state
+    # read through L2 only (staged_cg: that alone, the control, and in all the others), the sequence area after the
+    # first barrier and the token rows after the second prefetched in 128-byte lines (staged_pf; the rows only:
+    # staged_pf_rows) or 32-byte sectors (staged_pf_sec), or the rows per token 1 / 2 tokens ahead (staged_pf1 /
+    # _pf2), or both touched by real loads (staged_touch: a probe of whether L1 residency is what helps, whatever
+    # the prefetch instruction does on the GPU)
+    **{name: Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 8, state_cache=".cg", **kw)
+       for name, kw in (("staged_cg", {}), ("staged_pf", dict(prefetch=1, seq_prefetch=True)),
+                        ("staged_pf_rows", dict(prefetch=1)),
+                        ("staged_pf_sec", dict(prefetch=1, pf_floats=8, seq_prefetch=True)),
+                        ("staged_pf1", dict(prefetch=2, seq_prefetch=True)),
+                        ("staged_pf2", dict(prefetch=2, ahead=2, seq_prefetch=True)),
+                        ("staged_touch", dict(prefetch=3, seq_prefetch=True)))},
 }
 # The chunked kernel factors e^(G_i - G_j) as e^G_i e^-G_j: a chunk's cumulative log-decay must stay inside fp32's
 # exponent range (rows x |lower_bound| <= CHUNK_MAX_LOG_DECAY), else the step runs the loop kernel.
@@ -1677,7 +1698,7 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
                             KL=lanes_k, KV=vec_k, TH=th, TN=_pow2_at_least(t),
                             OR=staged_out_rows(vd, num_warps, lanes_k),
                             ONE_RUN=staged_one_run(cache.max_drafts, t, weights.lower_bound), num_warps=num_warps,
-                            **_staged_options(chosen, th, staged_row_floats(kd, vd)))
+                            **_staged_options(chosen, th, staged_row_floats(kd, vd), 2 * kd + vd))
     elif kernel_name.startswith("kda_decode_chunked") and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
                          TR=_pow2_at_least(cache.max_drafts), TN=_pow2_at_least(t), num_warps=num_warps)
@@ -1690,15 +1711,17 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
     return out
 
 
-def _staged_options(chosen: Variant, half_rows: int, row_floats: int) -> dict:
+def _staged_options(chosen: Variant, half_rows: int, row_floats: int, raw_floats: int) -> dict:
     """The staged kernel's prefetch constexprs for a variant, only where they differ from the kernel's defaults (so
-    variant `staged` compiles and launches exactly as before they existed)."""
+    variant `staged` compiles and launches exactly as before they existed). raw_floats: a sequence-area row."""
     options: dict = {}
     if chosen.prefetch:
         options.update(PREFETCH=chosen.prefetch, PF=chosen.pf_floats,
                        NPF=staged_prefetch_pointers(chosen.prefetch, chosen.pf_floats, half_rows, row_floats))
         if chosen.prefetch == 2:
             options["AHEAD"] = chosen.ahead
+        if chosen.seq_prefetch:
+            options["NPS"] = _pow2_at_least(-(-(2 * half_rows + 3) * raw_floats // chosen.pf_floats))
     if chosen.state_cache:
         options["STATE_CACHE"] = chosen.state_cache
     return options
@@ -1740,7 +1763,7 @@ def staged_k3_spec(variant: str = "staged", drafts: int = 7):  # type: ignore[no
     return kda_decode_staged_kernel.aot_spec(
         _K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", 8, None, None, H=96, K=128, V=128,
         NUM_DRAFTS=drafts, MAX_DRAFTS=drafts, KL=8, KV=4, TH=th, TN=_pow2_at_least(drafts + 1), OR=4,
-        ONE_RUN=True, **_staged_options(VARIANTS[variant], th, staged_row_floats(128, 128)))
+        ONE_RUN=True, **_staged_options(VARIANTS[variant], th, staged_row_floats(128, 128), 3 * 128))
 
 
 for _drafts in (1, 3, 7):  # variant staged at the benchmark's k (the cache holding k drafts), lower_bound -5

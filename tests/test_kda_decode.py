@@ -291,7 +291,7 @@ def test_staged_kernel_runs_of_the_deferred_decay(interpret: None, lower_bound: 
     assert 0 in rep.accepted_counts and 5 in rep.accepted_counts
 
 
-STAGED_L1 = ["staged_cg", "staged_pf", "staged_pf_sec", "staged_pf1", "staged_pf2", "staged_touch"]
+STAGED_L1 = ["staged_cg", "staged_pf", "staged_pf_rows", "staged_pf_sec", "staged_pf1", "staged_pf2", "staged_touch"]
 
 
 @pytest.mark.parametrize("variant", ["staged_pf", "staged_pf2"])
@@ -452,23 +452,26 @@ def test_host_wrapper_launches_the_persistent_staged_kernel(monkeypatch: pytest.
 
 
 def test_host_wrapper_passes_the_staged_prefetch_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The L1 variants launch the same kernel with their prefetch constexprs (K3, k = 7: 16 rows of 644 floats are
-    322 lines, 512 pointers; 1288 sectors, 2048; per token 21 line steps plus the row's last float, 32); `staged`
-    passes none of them (it compiles exactly as before they existed)."""
+    """The L1 variants launch the same kernel with their prefetch constexprs (K3, k = 7: 16 token rows of 644
+    floats are 322 lines, 512 pointers, or 1288 sectors, 2048; per token 21 line steps plus the row's last float,
+    32; the sequence area's 19 rows of 384 floats 228 lines, 256, or 912 sectors, 1024); `staged` passes none of
+    them (it compiles exactly as before they existed)."""
     fake = RecordingKernel()
     monkeypatch.setattr(kda_decode, "kda_decode_staged_kernel", fake)
     x, w, cache, idx, acc = meta_step_inputs(b=5, t=8, h=96, kd=128, vd=128, drafts=7)
     want = {"staged": {}, "staged_cg": dict(STATE_CACHE=".cg"),
-            "staged_pf": dict(PREFETCH=1, PF=32, NPF=512, STATE_CACHE=".cg"),
-            "staged_pf_sec": dict(PREFETCH=1, PF=8, NPF=2048, STATE_CACHE=".cg"),
-            "staged_pf1": dict(PREFETCH=2, PF=32, NPF=32, AHEAD=1, STATE_CACHE=".cg"),
-            "staged_pf2": dict(PREFETCH=2, PF=32, NPF=32, AHEAD=2, STATE_CACHE=".cg"),
-            "staged_touch": dict(PREFETCH=3, PF=32, NPF=512, STATE_CACHE=".cg")}
+            "staged_pf": dict(PREFETCH=1, PF=32, NPF=512, NPS=256, STATE_CACHE=".cg"),
+            "staged_pf_rows": dict(PREFETCH=1, PF=32, NPF=512, STATE_CACHE=".cg"),
+            "staged_pf_sec": dict(PREFETCH=1, PF=8, NPF=2048, NPS=1024, STATE_CACHE=".cg"),
+            "staged_pf1": dict(PREFETCH=2, PF=32, NPF=32, AHEAD=1, NPS=256, STATE_CACHE=".cg"),
+            "staged_pf2": dict(PREFETCH=2, PF=32, NPF=32, AHEAD=2, NPS=256, STATE_CACHE=".cg"),
+            "staged_touch": dict(PREFETCH=3, PF=32, NPF=512, NPS=256, STATE_CACHE=".cg")}
     assert set(want) == {"staged", *STAGED_L1}
     for variant, options in want.items():
         kda_decode_step(*x, w, cache, idx, acc, variant=variant)
         kwargs = fake.launches[-1][2]
-        assert {k: kwargs[k] for k in kwargs if k in ("PREFETCH", "PF", "NPF", "AHEAD", "STATE_CACHE")} == options
+        names = ("PREFETCH", "PF", "NPF", "AHEAD", "NPS", "STATE_CACHE")
+        assert {k: kwargs[k] for k in kwargs if k in names} == options
 
 
 def test_host_wrapper_dispatches_k0_to_the_streamed_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -571,17 +574,18 @@ def test_k3_staged_kernel_fits_two_programs_per_sm() -> None:
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
 @pytest.mark.parametrize("variant", ["staged_pf", "staged_pf1"])
 def test_k3_staged_prefetch_variants_fit_like_staged(variant: str) -> None:
-    """staged_pf (the item's rows prefetched after the prologue) and staged_pf1 (each token the next row) at the K3
-    shape, k = 7: still 128 registers and about staged's spills (312 / 316 B), the prefetches in the PTX
-    (`prefetch.global.L1`: 2 per thread for staged_pf; staged_pf1 one per token loop, the peeled tokens and the
-    first row), the state loaded with ld.global.cg, and no bar.sync inside the token loops."""
+    """staged_pf (the sequence area and the token rows prefetched after the prologue's barriers) and staged_pf1
+    (the rows per token, one ahead) at the K3 shape, k = 7: still 128 registers and about staged's spills (312 /
+    316 B; 356 / 360 and 340 / 340), the prefetches in the PTX (`prefetch.global.L1`: 3 for the conv taps, 1 per
+    thread for the sequence area; the rows 2 per thread for staged_pf, for staged_pf1 one in each token loop, the
+    peeled tokens and the first row), the state loaded with ld.global.cg, and no bar.sync inside the token loops."""
     tool = _barrier_tool()
     kernel = kda_decode.kda_decode_staged_kernel
     with tool.counted_barriers() as counts:
         compiled = kda_decode.staged_k3_spec(variant, 7).compile(target="cubin")
     assert compiled.metadata["registers"] <= 128, compiled.report()
     assert compiled.metadata["spill_stores"] <= 384 and compiled.metadata["spill_loads"] <= 384, compiled.report()
-    assert compiled.ptx.count("prefetch.global.L1") == (2 if variant == "staged_pf" else 4)
+    assert compiled.ptx.count("prefetch.global.L1") == 3 + 1 + (2 if variant == "staged_pf" else 4)
     assert compiled.ptx.count("ld.global.cg.v4.b32") == 16  # the state: 64 fp32 per thread
     assert {loop for (_, _, loop) in counts} <= {"-", f"kda_decode.py:{_item_loop_line(kernel)}:4"}, counts
 
