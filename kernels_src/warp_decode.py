@@ -88,6 +88,7 @@ _V4_WORDS_P2 = dict(pairs=True, words=True, prefetch=2)
 _V5 = dict(pairs=True, words=True, word_order=True)
 _V5_P2 = dict(pairs=True, words=True, word_order=True, prefetch=2)
 _V6_P2 = dict(pairs=True, words=True, prefetch=2, layout="v6")
+_V7 = dict(pairs=True, words=True, prefetch=2, layout="v7", h_bf16=True, unroll=True, min_blocks=16, routing="dsl")
 DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v3": (dict(pairs=False), dict(pairs=False)),
     "v4": (dict(pairs=True, fold_bias=False), dict(pairs=True, fold_bias=False)),
@@ -118,10 +119,20 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v6_lb_h16": (dict(_V6_P2, h_bf16=True), dict(_V6_P2, min_blocks=16)),
     # h as two bf16 parts (h_precision="fp32") on the v6 layout
     "v6_u3c_fp32h": (dict(_V6_P2, unroll=True, min_blocks=16), dict(_V6_P2, min_blocks=16, unroll=True)),
+    # v7 (2026-12-01 late; prepare_experts(layout="v7")): the v6 step with the scale words carried two steps ahead
+    # with the weights, gate / up of a neuron in one thread, down writing per-pair contributions (no BT
+    # accumulator), the routing in one DSL launch (B = 1: none at all); docs "Session of 2026-12-01 (late)"
+    "v7_u3c": (_V7, _V7),
+    "v7_u3c_ts": (dict(_V7, routing="torch"), dict(_V7, routing="torch")),  # v7 kernels, the torch.sort routing
+    "v7_u3c_cg": (dict(_V7, wcache=".cg"), dict(_V7, wcache=".cg")),  # weights not kept in L1 (x, h, scales are)
+    "v7_u3c_vpf": (dict(_V7, vpf=True), dict(_V7, vpf=True)),  # the next step's vector lines prefetched into L1
+    "v7_u3c_cg_vpf": (dict(_V7, wcache=".cg", vpf=True), dict(_V7, wcache=".cg", vpf=True)),
+    "v7_u3": (dict(_V7, min_blocks=None), _V7),  # gate_up uncapped
 }
 H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
 # The weight layout (PreparedExperts.layout) each variant reads: prepare_experts(..., layout=variant_layout(name)).
 V6_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("layout") == "v6")
+V7_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("layout") == "v7")
 # The fp32-h reference configuration (h as two bf16 parts, BOUND_DOT-level agreement with float64), also what
 # pick_config uses when no variant is named. Measured 2026-11-29 22:17 UTC: v5_p2 210.8 / 767.9 / 3126.6 / 8480.5 us
 # at B = 1 / 4 / 16 / 64 (v3: 245.8 / 939.2 / 3531.8 / 10014.5).
@@ -143,6 +154,11 @@ H_PRECISIONS = ("bf16", "fp32")
 # On experts in the v6 layout (prepare_experts(layout="v6")): the same kernels as BF16_H_VARIANT / the fp32-h
 # default on it. Not measured on the GPU yet (2026-12-01: the K loop is 404 -> 262 SASS per step, see the notes).
 V6_BF16_H_VARIANT, V6_FP32_H_VARIANT = "v6_u3c", "v6_u3c_fp32h"
+# On experts in the v7 layout: the v7 kernels (h in bf16; with h_precision="fp32" the v6 fp32-h kernels, which read
+# v7 experts as v6). What prepare_experts(layout="auto") gives: "v6" until the v7 kernels are measured; switching the
+# default to v7 is this one line (AUTO_LAYOUT = "v7").
+V7_BF16_H_VARIANT = "v7_u3c"
+AUTO_LAYOUT = "v6"
 
 
 def variant_layout(variant: str) -> str:
@@ -153,6 +169,8 @@ def variant_layout(variant: str) -> str:
 def default_variant(batch: int, h_precision: str = "bf16", layout: str = "v5") -> str:
     """The mt.dot variant moe_decode runs when none is named: by the experts' layout, then h rounded to bf16 (the
     default) or kept at fp32 level (two bf16 parts), then by batch size, as measured."""
+    if layout == "v7" and h_precision in H_PRECISIONS:
+        return V7_BF16_H_VARIANT if h_precision == "bf16" else V6_FP32_H_VARIANT
     if layout == "v6" and h_precision in H_PRECISIONS:
         return V6_BF16_H_VARIANT if h_precision == "bf16" else V6_FP32_H_VARIANT
     if h_precision == "bf16":
@@ -187,6 +205,9 @@ class PreparedExperts:
             scattered so that the four bf16 pairs (8 w + 2 o, 8 w + 2 o + 1) come out of the word with one
             rotate and one and (`e2m1_v6_word_to_bf16_pairs`, V6_SOURCE_BITS), and the scale bytes are stored
             biased, s + 126 (0xFF stays 0xFF: the block's codes are zeroed, so inf * 0 makes it NaN).
+            "v7": the v6 blocks and scales (v6 variants read it as v6) plus `scale_words`, the scales re-tiled for
+            the v7 kernels: one int32 per lane and K step of a program's 16-row tile (V7 notes at `_scale_words`),
+            loaded with the weights two steps ahead instead of four byte loads in the step.
     """
 
     blocks: torch.Tensor
@@ -194,6 +215,7 @@ class PreparedExperts:
     k: int
     max_finite_scale: int | None = None
     layout: str = "v5"
+    scale_words: torch.Tensor | None = None  # layout "v7" only: int32 [E, tiles, steps, 32] (`_scale_words`)
 
     @property
     def num_experts(self) -> int:
@@ -226,15 +248,19 @@ def prepare_experts(blocks: torch.Tensor, scales: torch.Tensor, k: int | None = 
     k:      the row length K (default: 2 * blocks.shape[-1]).
     layout: "v5" (every variant) or "v6" (the v6 mt.dot variants; needs every finite scale byte <= FOLD_MAX_SCALE,
             raises otherwise: such experts keep "v5"), or "auto" (the default): "v6" where the scales allow it, else
-            "v5". v6 measured faster at every batch on the H200 (2026-12-01: -11% / -21% at B = 16 / 64).
+            "v5" (AUTO_LAYOUT: "v6"). v6 measured faster at every batch on the H200 (2026-12-01: -11% / -21% at
+            B = 16 / 64).
+            "v7": v6 plus the scales re-tiled for the v7 kernels (`with_scale_words`; 1/16 more memory).
             See PreparedExperts; moe_decode picks its default variant by the layout.
     Works on whatever device the tensors are on, `experts_per_chunk` experts at a time to bound temporary memory.
     """
     if layout == "auto":
         finite = scales.masked_fill(scales == mxfp4.E8M0_NAN, 0)
-        layout = "v6" if not finite.numel() or int(finite.amax()) <= FOLD_MAX_SCALE else "v5"
+        layout = AUTO_LAYOUT if not finite.numel() or int(finite.amax()) <= FOLD_MAX_SCALE else "v5"
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS} or 'auto', got {layout!r}")
+    if layout == "v7":  # the v6 layout plus the re-tiled scales
+        return with_scale_words(prepare_experts(blocks, scales, k, experts_per_chunk, "v6"), experts_per_chunk)
     if blocks.dim() == 4:
         blocks = blocks.reshape(blocks.shape[0], blocks.shape[1], -1)
     if blocks.dtype != torch.uint8 or scales.dtype != torch.uint8:
@@ -300,7 +326,53 @@ _V6_ROTATE = (0, 10, 13)  # o = 0, 1, 2: the pair is rotl(x, r) & V6_MASK
 V6_SOURCE_BITS = tuple(
     tuple(tuple((16 * h + _BF16_BITS[c] - _V6_ROTATE[o]) % 32 if o < 3 else 16 * h + _V6_O3_BITS[c]
                 for c in range(4)) for h in range(2)) for o in range(4))
-LAYOUTS = ("v5", "v6")
+LAYOUTS = ("v5", "v6", "v7")
+# The layouts a kernel config of each layout can read: v7 experts carry the v6 blocks and scales unchanged.
+READABLE_LAYOUTS = {"v5": ("v5",), "v6": ("v6", "v7"), "v7": ("v7",)}
+
+# The v7 scale words (PreparedExperts.scale_words). A v7 program owns a tile of 16 rows of an [E, N, K] matrix: rows
+# 8 p + g (r = g < 8) and half + 8 p + g (r = 8 + g), half = ceil(N / 2), so for W13 (N = 2 I) the gate row and the
+# up row of neuron 8 p + g, and for W2 two rows half a matrix apart. The mma fragments put rows g and g + 8 in lane
+# (g, t), so one thread holds both. Its K step is 8 blocks (h, t) = 4 h + t; the lane's four scale bytes of a step,
+# (h, rr) = block 8 s + 4 h + t of row rr * half + 8 p + g, are byte 2 h + rr of word [e, p, s, 4 g + t]: one
+# coalesced 128-byte load per step and warp, loop-carried with the weights (two steps ahead), where the v6 step
+# loads four bytes from 8 rows each (32 L1 wavefronts) inside the step and waits for them (a DRAM miss at a new
+# sector every 2-4 steps). Bytes of rows >= N (or past half) and of blocks past the row are 0.
+V7_GROUP = 8  # rows of each half of a tile (the mma's g)
+V7_STEP = 8  # blocks per K step (BLOCKS of the mt.dot path)
+
+
+def v7_half(rows: int) -> int:
+    """Where the second row group of a v7 tile starts: ceil(N / 2) (I for W13's 2 I rows)."""
+    return (rows + 1) // 2
+
+
+def _scale_words(scales: torch.Tensor) -> torch.Tensor:
+    """v6 scale bytes [e, N, nb] -> the v7 scale words int32 [e, tiles, steps, 32] (see V7_GROUP)."""
+    e, n, nb = scales.shape
+    half = v7_half(n)
+    tiles, steps = -(-half // V7_GROUP), -(-nb // V7_STEP)
+    dev = scales.device
+    local = (V7_GROUP * torch.arange(tiles, device=dev)[:, None, None]
+             + torch.arange(V7_GROUP, device=dev)[None, None, :])  # [p, 1, g]
+    row = torch.arange(2, device=dev)[None, :, None] * half + local  # [p, rr, g]
+    row = torch.where((local < half) & (row < n), row, n)  # n: the zero row appended below
+    blk = (V7_STEP * torch.arange(steps, device=dev)[:, None, None] + 4 * torch.arange(2, device=dev)[None, :, None]
+           + torch.arange(4, device=dev)[None, None, :])  # [s, h, t]
+    blk = torch.where(blk < nb, blk, nb)
+    padded = torch.nn.functional.pad(scales, (0, 1, 0, 1))  # [e, n + 1, nb + 1], zeros past the ends
+    b = padded[:, row.reshape(-1)][:, :, blk.reshape(-1)].reshape(e, tiles, 2, V7_GROUP, steps, 2, 4)
+    b = b.permute(0, 1, 4, 3, 6, 5, 2).contiguous()  # [e, p, s, g, t, h, rr]: byte 2 h + rr of word 4 g + t
+    return b.reshape(e, tiles, steps, 32, 4).view(torch.int32).reshape(e, tiles, steps, 32)
+
+
+def with_scale_words(w: PreparedExperts, experts_per_chunk: int = 16) -> PreparedExperts:
+    """v6 (or v7) experts -> v7 experts sharing their blocks and scales, plus the scale words (one offline pass)."""
+    if w.layout not in ("v6", "v7"):
+        raise ValueError(f"the v7 layout extends v6 experts, got layout {w.layout!r}")
+    words = torch.cat([_scale_words(w.scales[e0:e0 + experts_per_chunk])
+                       for e0 in range(0, w.num_experts, experts_per_chunk)])
+    return PreparedExperts(w.blocks, w.scales, w.k, w.max_finite_scale, "v7", words)
 
 
 def _pack_blocks_v6(blocks: torch.Tensor, nb: int, nan_blocks: torch.Tensor) -> torch.Tensor:
@@ -334,7 +406,7 @@ def _unpack_blocks_v6(blocks: torch.Tensor) -> torch.Tensor:
 
 def dequantize_prepared(w: PreparedExperts, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The exact weights [E, N, K] a PreparedExperts holds (the inverse of prepare_experts, for tests)."""
-    if w.layout == "v6":
+    if w.layout in ("v6", "v7"):
         codes = _unpack_blocks_v6(w.blocks)[..., :w.k]
         scales = torch.where(w.scales == mxfp4.E8M0_NAN, w.scales, w.scales - V6_SCALE_BIAS)
         return mxfp4.dequantize(mxfp4.pack_codes(codes), scales, w.k, dtype)
@@ -1091,6 +1163,236 @@ for _words, _prefetch, _fold, _order in ((False, 1, False, False), (False, 1, Tr
                            PREFETCH=_prefetch, WORDS=_words, FOLD_BIAS=_fold, WORD_ORDER=_order, num_warps=1)
 
 
+# ------------------------------------------------------------------------------------------ v7 kernels
+#
+# The v6 K step on the v7 layout, with the launch-side changes of 2026-12-01 (late) (docs/kernels/warp_decode.md):
+# - the step's scale bytes come as one int32 word per lane (PreparedExperts.scale_words), loaded and carried with
+#   the weights two steps ahead (v6: four byte loads in the step, from 8 rows each, waited on in the step);
+# - a program's 16 rows are 8 p + g and half + 8 p + g (V7_GROUP): rows g and g + 8 of the mma fragments, one
+#   thread. gate_up pairs gate and up of a neuron in-thread (no shared memory, no barrier in its epilogue);
+# - down writes each routed pair's weighted contribution once to an fp32 [topk, B, D] buffer (every element written
+#   exactly once: each pair is in one item, each item in one split), and sum_slots_kernel adds the topk slots in
+#   order: no [ROWS, BT] accumulator, no one-hot combine over BT per item (the BT = 16 / 64 spills), any split;
+# - options: the weight loads' cache operator (WCACHE, e.g. ".cg": weights do not evict x / h / scale lines from
+#   L1), the next step's vector lines prefetched into L1 (VPF: mt.prefetch, no registers), and x / h loaded one
+#   step ahead into registers (VPRE).
+
+
+@mt.func
+def scale_pairs_v7(sw, ROWS, H):
+    """A step's scale words [8, 4] (int32; lane (g, t): byte 2 h + rr = the biased scale of block 4 h + t of tile
+    rows g + 8 rr) -> bf16 scale pairs [H, ROWS, 4, 2] (e8m0_v6_to_bf16_pair of each byte): two bit-field splits,
+    one multiply per byte, then renames (every element stays in its thread: rows g, g + 8 are the lane's)."""
+    b = mt.bitcast_split(mt.bitcast_split(sw.to(mt.uint32, bitcast=True), mt.uint16), mt.uint8)  # [8, 4, h, rr]
+    pair = mt.bitcast_split(b.to(mt.uint32) * 0x00800080, mt.bfloat16)  # [8, 4, 2, 2, 2]
+    return mt.trans(pair, 2, 3, 0, 1, 4).reshape((H, ROWS, 4, 2))
+
+
+@mt.func
+def load_step_v7(wq_ptr, q_row, live1, sw_at, lane, kb, blk_ht, j, row_blocks, FULL_STEPS, WCACHE):
+    """The weight words [H, R, 4, 4] of blocks kb + blk_ht and the step's scale words [8, 4] (kb a multiple of
+    V7_STEP; FULL_STEPS: the callers keep kb inside the row, else steps past the row's end read zeros)."""
+    at = wq_ptr + q_row[None, :, None, None] + ((kb + blk_ht) * 4)[:, None, :, None] + j[None, None, None, :]
+    if FULL_STEPS:
+        q = mt.load(at, cache_modifier=WCACHE)
+        sw = mt.load(sw_at + kb * 4)
+    else:
+        ok = live1[None, :, None, None] & ((kb + blk_ht) < row_blocks)[:, None, :, None]
+        q = mt.load(at, mask=ok, other=0, cache_modifier=WCACHE)
+        sw = mt.load(sw_at + kb * 4, mask=(lane >= 0) & (kb < row_blocks), other=0)
+    return q, sw
+
+
+V7_PREFETCH_LINES = 64  # VPF: the first 64 lines of 128 bytes (4096 bf16) of each live slot's vector row
+
+
+@mt.func
+def prefetch_vector_v7(v_ptr, v_row, v_ok, K):
+    """VPF: mt.prefetch into L1 of the item's vector rows (its live slots'; up to V7_PREFETCH_LINES lines each), at
+    the item's start: one pointer per 128-byte line, converted to the prefetch's layout once per item (a per-step
+    prefetch's pointer tile went through shared memory every step)."""
+    line = mt.arange(0, V7_PREFETCH_LINES)
+    mt.prefetch(v_ptr + v_row[:, None] + 64 * line[None, :], mask=v_ok[:, None] & (64 * line < K)[None, :],
+                level="L1")
+
+
+@mt.func
+def load_vector_v7(vb, vk, kb, k_ht, K, FULL_STEPS):
+    """The step's vector slices o = 0..3 ([H, NT, 4, 8] each) from the slots' rows vb ([1, NT, 1, 1]) at blocks
+    kb + (h, t) (k_ht [H, 1, 4, 8]: elements 0..7 of each block of a step at kb = 0)."""
+    k = kb * 32 + k_ht
+    return load_vector_v6(vb + k, vk, k, K, FULL_STEPS, FULL_STEPS)
+
+
+@mt.func
+def _dot_step_v7(acc, q, sw, v0, v1, v2, v3, ROWS, NT, H):
+    """One v7 K step: the v6 dequant of the words q with the carried scale words sw, four dots against the vector
+    slices v0..v3 ([H, NT, 4, 8] each, used as loaded)."""
+    scale = scale_pairs_v7(sw, ROWS, H)[:, :, :, None, :]
+    w0, w1, w2, w3 = e2m1_v6_word_to_bf16_pairs(q.to(mt.uint32, bitcast=True))
+    a0 = fragment_a_words(w0 * scale, ROWS, H)
+    a1 = fragment_a_words(w1 * scale, ROWS, H)
+    a2 = fragment_a_words(w2 * scale, ROWS, H)
+    a3 = fragment_a_words(w3 * scale, ROWS, H)
+    return dot_v6(acc, a0, a1, a2, a3, v0, v1, v2, v3, NT, H)
+
+
+@mt.func
+def step_v7(acc, q, sw, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS):
+    """A v7 step, its vector loaded in the step."""
+    v0, v1, v2, v3 = load_vector_v7(vb, vk, kb, k_ht, K, FULL_STEPS)
+    return _dot_step_v7(acc, q, sw, v0, v1, v2, v3, ROWS, NT, H)
+
+
+@mt.func
+def stream_rows_v7(wq_ptr, row1, live1, sw_at, lane, blk_ht, v_ptr, v_row, v_ok, K, row_blocks, ROWS, NT,
+                   FULL_STEPS, UNROLL_TAIL, WCACHE, VPF):
+    """acc [ROWS, NT] = W[row1] . v[v_row + k] over the row's K (v7: words in the v6 layout, scale words sw_at +
+    32 per step): two steps of weights and scale words in flight, the K loop unrolled by 3 on whole steps
+    (UNROLL_TAIL = steps % 3 after it), else a rotating loop (masked steps). The vector's row pointers and masks
+    are expanded here, once per item, so their layout conversions stay out of the K loop."""
+    H = 2
+    B = 8  # blocks per step
+    if FULL_STEPS:  # dead rows read row 0 (their results are never stored): no load masks
+        row1 = mt.where(live1, row1, 0)
+    j = mt.arange(0, 4)
+    q_row = row1 * (row_blocks * 4)
+    vb = v_ptr + v_row[None, :, None, None]
+    vk = v_ok[None, :, None, None]
+    k_ht = (blk_ht * 32)[:, None, :, None] + mt.arange(0, 8)[None, None, None, :]
+    if VPF:
+        prefetch_vector_v7(v_ptr, v_row, v_ok, K)
+    acc = mt.zeros((ROWS, NT), mt.float32)
+    if UNROLL_TAIL >= 0:
+        last = row_blocks - B
+        q_a, s_a = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE)
+        q_b, s_b = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(B, last), blk_ht, j, row_blocks,
+                                FULL_STEPS, WCACHE)
+        q_c, s_c = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(2 * B, last), blk_ht, j, row_blocks,
+                                FULL_STEPS, WCACHE)
+        for kb in range(0, row_blocks - UNROLL_TAIL * B, 3 * B):
+            acc = step_v7(acc, q_a, s_a, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS)
+            q_a, s_a = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(kb + 3 * B, last), blk_ht, j,
+                                    row_blocks, FULL_STEPS, WCACHE)
+            acc = step_v7(acc, q_b, s_b, vb, vk, kb + B, k_ht, K, ROWS, NT, H, FULL_STEPS)
+            q_b, s_b = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(kb + 4 * B, last), blk_ht, j,
+                                    row_blocks, FULL_STEPS, WCACHE)
+            acc = step_v7(acc, q_c, s_c, vb, vk, kb + 2 * B, k_ht, K, ROWS, NT, H, FULL_STEPS)
+            q_c, s_c = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(kb + 5 * B, last), blk_ht, j,
+                                    row_blocks, FULL_STEPS, WCACHE)
+        tail = row_blocks - UNROLL_TAIL * B
+        if UNROLL_TAIL >= 1:
+            acc = step_v7(acc, q_a, s_a, vb, vk, tail, k_ht, K, ROWS, NT, H, FULL_STEPS)
+        if UNROLL_TAIL == 2:
+            acc = step_v7(acc, q_b, s_b, vb, vk, tail + B, k_ht, K, ROWS, NT, H, FULL_STEPS)
+        return acc
+    q_next, s_next = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE)
+    q_next2, s_next2 = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, B, blk_ht, j, row_blocks, FULL_STEPS,
+                                    WCACHE)
+    for kb in range(0, row_blocks, B):
+        q, s = q_next, s_next
+        q_next, s_next = q_next2, s_next2
+        q_next2, s_next2 = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, kb + 2 * B, blk_ht, j, row_blocks,
+                                        FULL_STEPS, WCACHE)
+        acc = step_v7(acc, q, s, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS)
+    return acc
+
+
+@mt.func
+def item_v7(it0, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP):
+    """One work item (TEAMS = 1): (pair [NT], pair_ok [NT], expert (i64 scalar))."""
+    item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, 1, NT, DEDUP)
+    return mt.sum(pair, axis=0), mt.sum(pair_ok.to(mt.int32), axis=0) > 0, mt.sum(expert, axis=0).to(mt.int64)
+
+
+@mt.kernel
+def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, sw_ptr, h_ptr,
+                      n_pairs, topk, D, I, row_blocks,
+                      NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
+                      UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", VPF: mt.constexpr = False):
+    """h[p, i] = bf16(silu(gate_i . x_b) * (up_i . x_b)), b = p // topk, on the v7 layout: program (i, s) owns
+    neurons 8 i .. 8 i + 7 (tile rows g: gate, g + 8: up; V7_GROUP) and every num_programs(1)-th work item from
+    item s."""
+    r = mt.arange(0, 16)
+    local = mt.program_id(0) * 8 + r % 8
+    row_ok = local < I
+    w_row = (r // 8) * I + local
+    neuron = mt.program_id(0) * 8 + mt.arange(0, 8)
+    steps = (row_blocks + 7) // 8
+    tile_words = ((I + 7) // 8) * steps * 32  # scale words of one expert
+    lane = mt.arange(0, 32).reshape((8, 4))
+    blk_ht = mt.arange(0, 8).reshape((2, 4))  # block (h, t) = 4 h + t of a step (not an arange(0, 4) pair: CSE)
+    if DEDUP:
+        n_items = mt.load(n_items_ptr)
+    else:
+        n_items = n_pairs
+    for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
+        pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
+        sw_at = sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
+        v_row = (mt.where(pair_ok, pair, 0) // topk) * D
+        acc = stream_rows_v7(wq_ptr, expert * (2 * I) + w_row, row_ok, sw_at, lane, blk_ht, x_ptr, v_row, pair_ok, D,
+                             row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, VPF).reshape((2, 8, 1, NT))
+        # rows g and g + 8 (gate, up) in one thread. This form of the pairing (a size-1 dim kept, 3-D store) is
+        # the one ptxas fits in 128 registers: [2, 8, NT] with 2-D sums spilled 148 B (the reshape of the mma
+        # accumulator goes through shared memory either way: tiling's split_layout takes blocked layouts only)
+        is_gate = (mt.arange(0, 2) == 0)[:, None, None, None]
+        gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=0)
+        up = mt.sum(mt.where(is_gate, 0.0, acc), axis=0)
+        h = gate * mt.sigmoid(gate) * up
+        mt.store(h_ptr + pair[None, None, :] * I + neuron[:, None, None], h.to(mt.bfloat16),
+                 mask=(neuron < I)[:, None, None] & pair_ok[None, None, :])
+
+
+@mt.kernel
+def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, sw_ptr, part_ptr,
+                   n_pairs, topk, batch, D, I, row_blocks,
+                   NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
+                   UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", VPF: mt.constexpr = False):
+    """part[j, b, d] = w[b, j] * (W2[e_bj, d] . h[b * topk + j]) (fp32 [topk, batch, D]) for every routed pair,
+    on the v7 layout (program (i, s): rows d = 8 i + g and half + 8 i + g, every num_programs(1)-th item from s);
+    sum_slots_kernel then adds the topk slots of each token in order."""
+    half = (D + 1) // 2
+    r = mt.arange(0, 16)
+    local = mt.program_id(0) * 8 + r % 8
+    d = (r // 8) * half + local
+    row_ok = (local < half) & (d < D)
+    steps = (row_blocks + 7) // 8
+    tile_words = ((half + 7) // 8) * steps * 32
+    lane = mt.arange(0, 32).reshape((8, 4))
+    blk_ht = mt.arange(0, 8).reshape((2, 4))
+    if DEDUP:
+        n_items = mt.load(n_items_ptr)
+    else:
+        n_items = n_pairs
+    for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
+        pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
+        sw_at = sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
+        acc = stream_rows_v7(wq_ptr, expert * D + d, row_ok, sw_at, lane, blk_ht, h_ptr,
+                             mt.where(pair_ok, pair, 0) * I, pair_ok, I, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL,
+                             WCACHE, VPF)
+        weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
+        slot_row = ((pair % topk).to(mt.int64) * batch + pair // topk) * D
+        mt.store(part_ptr + slot_row[None, :] + d[:, None], acc * weight[None, :],
+                 mask=row_ok[:, None] & pair_ok[None, :])
+
+
+@mt.kernel
+def sum_slots_kernel(part_ptr, out_ptr, n, SLOTS: mt.constexpr, BLOCK: mt.constexpr):
+    """out[i] = sum over s < SLOTS of part[s * n + i], in s order, in out's dtype (the v7 down kernel's per-pair
+    contributions, [topk, B, D] -> [B, D]); SLOTS unrolled: every load in flight at once."""
+    i = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK)
+    ok = i < n
+    total = mt.zeros((BLOCK,), mt.float32)
+    for s in mt.static_range(SLOTS):
+        total += mt.load(part_ptr + s * n + i, mask=ok, other=0.0)
+    mt.store(out_ptr + i, total, mask=ok)
+
+
+# The same kernels capped at 128 registers (16 resident one-warp programs per SM), as the v6 defaults are.
+gate_up_kernel_v7_16 = mt.kernel(min_blocks_per_sm=16)(gate_up_kernel_v7.fn)
+down_kernel_v7_16 = mt.kernel(min_blocks_per_sm=16)(down_kernel_v7.fn)
+
+
 # ------------------------------------------------------------------------------------------ routing
 
 
@@ -1117,6 +1419,53 @@ def route_items_kernel(grouped_ptr, first_ptr, n_items_ptr, n_pairs, GROUP: mt.c
 
 route_items_kernel.specialize(signature="grouped_ptr:*i32:16,first_ptr:*i32:16,n_items_ptr:*i32:16,n_pairs:i32",
                               GROUP=8, BLOCK=1024, num_warps=4)
+
+
+@mt.kernel
+def route_sort_kernel(ids_ptr, scratch_ptr, pairs_ptr, first_ptr, n_items_ptr, n_pairs, n_experts,
+                      GROUP: mt.constexpr, BLOCK: mt.constexpr, EBLOCK: mt.constexpr):
+    """The whole B > 1 routing in one program, no torch.sort: the pairs sorted by expert, stably (pairs_ptr[pos] =
+    q, as torch.sort(stable=True) orders them), and the work items of up to GROUP pairs (first_ptr[item], the
+    sentinel first_ptr[n_items] = n_pairs, n_items_ptr[0]), the same tables as make_routing's sort +
+    route_items_kernel. scratch_ptr: int32 [3 * EBLOCK + BLOCK].
+    1. counts = 0; each pair takes a rank among its expert's pairs by an atomic add (in whatever order the
+       atomics land); 2. counts -> each expert's first position (exclusive cumsum) and first item (cumsum of
+       ceil(count / GROUP)), and each pair is written at its expert's start + that rank (an unstable grouping);
+    3. the stable rank of a pair is the number of its expert's pairs with a smaller index, counted over that
+       group (at most the largest count iterations: about 2 at K3 routing), which places it and its item."""
+    q = mt.arange(0, BLOCK)
+    ok = q < n_pairs
+    e_all = mt.arange(0, EBLOCK)
+    e_ok = e_all < n_experts
+    mt.store(scratch_ptr + e_all, mt.zeros((EBLOCK,), mt.int32), mask=e_ok)
+    mt.barrier()
+    expert = mt.load(ids_ptr + q, mask=ok, other=0)
+    ok = ok & (expert >= 0) & (expert < n_experts)  # stray ids touch no memory (their items are garbage)
+    rank_any = mt.atomic_add(scratch_ptr + expert, mt.full((BLOCK,), 1, mt.int32), mask=ok)
+    mt.barrier()
+    counts = mt.load(scratch_ptr + e_all, mask=e_ok, other=0)
+    start = mt.cumsum(counts, axis=0) - counts
+    items = (counts + (GROUP - 1)) // GROUP
+    item_start = mt.cumsum(items, axis=0) - items
+    n_items = mt.sum(items, axis=0)
+    longest = mt.max(counts, axis=0)
+    mt.store(scratch_ptr + EBLOCK + e_all, start, mask=e_ok)
+    mt.store(scratch_ptr + 2 * EBLOCK + e_all, item_start, mask=e_ok)
+    mt.barrier()
+    my_start = mt.load(scratch_ptr + EBLOCK + expert, mask=ok, other=0)
+    mt.store(scratch_ptr + 3 * EBLOCK + my_start + rank_any, q, mask=ok)
+    mt.barrier()
+    my_count = mt.load(scratch_ptr + expert, mask=ok, other=0)
+    rank = mt.zeros((BLOCK,), mt.int32)
+    for i in range(0, longest):
+        other = mt.load(scratch_ptr + 3 * EBLOCK + my_start + i, mask=ok & (i < my_count), other=BLOCK)
+        rank += (other < q).to(mt.int32)
+    pos = my_start + rank
+    mt.store(pairs_ptr + pos, q, mask=ok)
+    item = mt.load(scratch_ptr + 2 * EBLOCK + expert, mask=ok, other=0) + rank // GROUP
+    mt.store(first_ptr + item, pos, mask=ok & (rank % GROUP == 0))
+    mt.store(first_ptr + n_items, n_pairs)
+    mt.store(n_items_ptr, n_items)
 
 
 @dataclass(frozen=True)
@@ -1170,6 +1519,25 @@ def make_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, group: int,
     return Routing(ids, weights, pairs, first, n_items, batch, topk, group, True)
 
 
+def dsl_routing(ids: torch.Tensor, weights: torch.Tensor, batch: int, topk: int, group: int, num_experts: int
+                ) -> Routing:
+    """make_routing's tables (pairs grouped by expert, stably; items of up to `group` pairs) from one launch of
+    route_sort_kernel (torch.sort measured 24 us at B = 16 under ncu, 2026-12-01, plus arange and route_items:
+    about 29 us of 1455). ids / weights: the flattened pairs (_flat_pairs); pairs comes out int32."""
+    n = batch * topk
+    if n > MAX_PAIRS:
+        raise ValueError(f"{batch} x {topk} = {n} routed pairs; the decode routing handles up to {MAX_PAIRS}")
+    block = max(16, 1 << (n - 1).bit_length())
+    eblock = max(16, 1 << (num_experts - 1).bit_length())
+    scratch = torch.empty(3 * eblock + block, dtype=torch.int32, device=ids.device)
+    pairs = torch.empty(n, dtype=torch.int32, device=ids.device)
+    first = torch.empty(n + 1, dtype=torch.int32, device=ids.device)
+    n_items = torch.empty(1, dtype=torch.int32, device=ids.device)
+    route_sort_kernel[(1,)](ids, scratch, pairs, first, n_items, n, num_experts, GROUP=group, BLOCK=block,
+                            EBLOCK=eblock, num_warps=min(16, max(4, max(block, eblock) // 128)))
+    return Routing(ids, weights, pairs, first, n_items, batch, topk, group, True)
+
+
 def _flat_pairs(topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The pairs' expert ids (int32) and weights (fp32), flattened to [B * topk]."""
     return (topk_ids.reshape(-1).to(torch.int32).contiguous(),
@@ -1217,6 +1585,11 @@ class KernelConfig:
     h_bf16: bool = False  # gate_up, mt.dot only: h as one bf16 part [P, I] (peers' precision), not hi + lo parts
     unroll: bool = False  # prefetch 2 on whole steps: the K loop unrolled by 3, no step-buffer rotation (UNROLL_TAIL)
     layout: str = "v5"  # the PreparedExperts layout it reads; "v6": words, bias folded by the layout (LAYOUT6)
+    # "v7": gate_up_kernel_v7 / down_kernel_v7 (scale words, h in bf16)
+    wcache: str = ""  # v7: the weight loads' cache operator (mt.load cache_modifier), e.g. ".cg" (not kept in L1)
+    vpf: bool = False  # v7: the next step's vector lines prefetched into L1 (mt.prefetch) in each step
+    routing: str = "torch"  # moe_decode's routing for this variant: "torch" (torch.sort + route_items_kernel; B = 1
+    # tables of one pair per item) or "dsl" (route_sort_kernel, one launch; B = 1: items are the pairs, no tables)
 
 
 def pick_teams(row_blocks: int, items_hint: int) -> int:
@@ -1317,6 +1690,15 @@ def _check_config(config: KernelConfig) -> None:
     if config.layout == "v6" and not (config.use_dot and config.words and not config.word_order
                                       and config.fold_bias is not False):
         raise ValueError("config.layout 'v6' is for the mt.dot path with words (its own K order, bias folded)")
+    if config.layout == "v7" and not (config.use_dot and config.words and not config.word_order and config.h_bf16
+                                      and config.rows == 16 and config.blocks == V7_STEP and config.prefetch == 2
+                                      and not config.v_masked and config.fold_bias is not False):
+        raise ValueError("config.layout 'v7' is the v7 kernels' (mt.dot, words, 16 rows, 8 blocks a step, two "
+                         "steps prefetched, h in bf16)")
+    if (config.wcache or config.vpf) and config.layout != "v7":
+        raise ValueError("config.wcache and config.vpf are options of the v7 kernels")
+    if config.routing not in ("torch", "dsl"):
+        raise ValueError(f"config.routing must be 'torch' or 'dsl', got {config.routing!r}")
 
 
 # ------------------------------------------------------------------------------------------ host API
@@ -1344,10 +1726,10 @@ def _weight_operand(w: PreparedExperts, config: KernelConfig) -> torch.Tensor:
 def _fold_bias(w: PreparedExperts, config: KernelConfig) -> bool:
     """Whether this launch folds the dequant bias into the scale (pairs path; see FOLD_MAX_SCALE). The v6 layout
     always does (its scale bytes are stored biased)."""
-    if w.layout != config.layout:
+    if w.layout not in READABLE_LAYOUTS[config.layout]:
         raise ValueError(f"the experts are in layout {w.layout!r}, the kernel config reads {config.layout!r} "
                          f"(prepare_experts(..., layout={config.layout!r}), or a variant of layout {w.layout!r})")
-    if config.layout == "v6":
+    if config.layout in ("v6", "v7"):
         return True
     if not config.pairs or config.fold_bias is False:
         return False
@@ -1376,10 +1758,19 @@ def _dot_meta(w: PreparedExperts, config: KernelConfig) -> dict:
                 V_MASKED=config.v_masked, UNROLL_TAIL=_unroll_tail(w, config), LAYOUT6=config.layout == "v6")
 
 
+def _v7_meta(w: PreparedExperts, config: KernelConfig, group: int, dedup: bool) -> dict:
+    _fold_bias(w, config)  # the layout check
+    return dict(NT=group, DEDUP=dedup, FULL_STEPS=_full_steps(w, config), UNROLL_TAIL=_unroll_tail(w, config),
+                WCACHE=config.wcache, VPF=config.vpf, num_warps=1)
+
+
 def gate_up_launch(w13: PreparedExperts, config: KernelConfig, group: int, dedup: bool, parts: bool
                    ) -> tuple[mt.Kernel, dict]:
     """The kernel object and constexprs (with num_warps) `gate_up` launches for these experts and config (also what
     tools/warp_decode_ab.py --sass compiles)."""
+    if config.layout == "v7":
+        return (gate_up_kernel_v7_16 if config.min_blocks == 16 else gate_up_kernel_v7), _v7_meta(w13, config, group,
+                                                                                                  dedup)
     meta = dict(_dot_meta(w13, config), NT=group, DEDUP=dedup, H_PARTS=parts and not config.h_bf16,
                 H_BF16=config.h_bf16, num_warps=config.num_warps)
     return (gate_up_kernel_16 if config.min_blocks == 16 else gate_up_kernel), meta
@@ -1388,6 +1779,8 @@ def gate_up_launch(w13: PreparedExperts, config: KernelConfig, group: int, dedup
 def down_launch(w2: PreparedExperts, config: KernelConfig, group: int, dedup: bool, batch: int, parts: bool,
                 h_bf16: bool) -> tuple[mt.Kernel, dict]:
     """The kernel object and constexprs (with num_warps) `down` launches: h as bf16 parts, one bf16 part or fp32."""
+    if config.layout == "v7":
+        return (down_kernel_v7_16 if config.min_blocks == 16 else down_kernel_v7), _v7_meta(w2, config, group, dedup)
     meta = dict(_dot_meta(w2, config), NT=group, BT=1 << (batch - 1).bit_length(), DEDUP=dedup, H_PARTS=parts,
                 H_BF16=h_bf16, num_warps=config.num_warps)
     return (down_kernel_16 if config.min_blocks == 16 else down_kernel), meta
@@ -1414,7 +1807,8 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     else:
         h = torch.empty((routing.n_pairs, I), dtype=torch.float32, device=x.device)
     programs = mt.cdiv(I, config.rows // 2)
-    args = (x, routing.ids, routing.pairs, routing.first, routing.n_items, _weight_operand(w13, config), w13.scales,
+    scales = w13.scale_words if config.layout == "v7" else w13.scales
+    args = (x, routing.ids, routing.pairs, routing.first, routing.n_items, _weight_operand(w13, config), scales,
             h, routing.n_pairs, routing.topk, D, I, w13.row_blocks)
     kernel, meta = gate_up_launch(w13, config, routing.group, routing.dedup, parts)
     splits = _splits(kernel, config, programs, routing, x.device, lambda: args, meta)
@@ -1444,6 +1838,8 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
     _check_config(config)
     if (parts or h_bf16) and not config.use_dot:
         raise ValueError("h in bf16 (parts or one part) is for the mt.dot path (the CUDA-core path takes fp32 h)")
+    if config.layout == "v7":
+        return _down_v7(h, routing, w2, out_dtype, config)
     programs = mt.cdiv(D, config.rows)
     kernel, meta = down_launch(w2, config, routing.group, routing.dedup, routing.batch, parts, h_bf16)
 
@@ -1466,15 +1862,48 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
     return out
 
 
+def _down_v7(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torch.dtype,
+             config: KernelConfig) -> torch.Tensor:
+    """down on the v7 kernels: per-pair weighted contributions into fp32 [topk, B, D], then the topk slots of each
+    token added in slot order (sum_slots_kernel) in out_dtype. Deterministic for any item split."""
+    if h.dim() != 2 or h.dtype != torch.bfloat16:
+        raise ValueError(f"the v7 down kernel reads h as one bf16 part [B*k, I], got {h.dtype} {tuple(h.shape)}")
+    D, I = w2.rows, w2.k
+    programs = mt.cdiv(v7_half(D), V7_GROUP)
+    kernel, meta = down_launch(w2, config, routing.group, routing.dedup, routing.batch, False, True)
+    part = torch.empty((routing.topk, routing.batch, D), dtype=torch.float32, device=h.device)
+    args = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
+            _weight_operand(w2, config), w2.scale_words, part, routing.n_pairs, routing.topk, routing.batch, D, I,
+            w2.row_blocks)
+    splits = _splits(kernel, config, programs, routing, h.device, lambda: args, meta)
+    kernel[(programs, splits)](*args, **meta)
+    out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
+    n = routing.batch * D
+    sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=routing.topk, BLOCK=SLOTS_BLOCK, num_warps=2)
+    return out
+
+
+SLOTS_BLOCK = 256  # outputs per program of sum_slots_kernel (2 warps, 4 outputs a thread)
+
+
 def plan_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, use_dot: bool | None = None,
-                 dedup: bool | None = None) -> tuple[Routing, bool]:
+                 dedup: bool | None = None, method: str = "torch", num_experts: int | None = None
+                 ) -> tuple[Routing, bool]:
     """The default routing for a batch: pairs grouped by expert, 8 per item on the mt.dot path (the n8 of
     m16n8k16: with fewer slots the dot would not go to the tensor cores) and 2 on CUDA cores; no grouping on CUDA
-    cores at B = 1 (a token's experts are distinct: no preparation at all)."""
+    cores at B = 1 (a token's experts are distinct: no preparation at all). method (KernelConfig.routing) "dsl":
+    route_sort_kernel instead of torch.sort + route_items_kernel, and at B = 1 on the mt.dot path items that are
+    the pairs themselves (DEDUP off: the kernels read no item tables, one load fewer in each item's prologue);
+    it needs num_experts (the ids' range), else the torch routing is used."""
     batch = topk_ids.shape[0]
     use_dot = batch >= DOT_MIN_BATCH if use_dot is None else use_dot
     dedup = (batch > 1 or use_dot) if dedup is None else dedup
     group = (8 if use_dot else 2) if dedup else 1
+    if method == "dsl" and dedup and use_dot and num_experts is not None:
+        ids, weights = _flat_pairs(topk_ids, topk_weights)
+        if batch == 1:  # item i = pair i, read straight from the ids (pairs / first / n_items unused)
+            return Routing(ids, weights, ids, ids, ids, 1, ids.numel(), group, False), use_dot
+        return dsl_routing(ids, weights, batch, topk_ids.shape[1], group, num_experts), use_dot
     if dedup and batch == 1:  # one token: each pair its own item, in slot order (no sort, no kernel)
         ids, weights = _flat_pairs(topk_ids, topk_weights)
         return Routing(ids, weights, *_single_token_items(ids.numel(), ids.device), 1, ids.numel(), group,
@@ -1504,15 +1933,16 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     Returns out_dtype [B, D] = sum_j w[b, j] * W2[e] @ (silu(W13[e, :I] @ x_b) * (W13[e, I:] @ x_b)), e = ids[b, j].
     """
     _check_inputs(x, topk_ids, topk_weights, w13, w2)
-    routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup)
     if variant is not None and variant not in DOT_VARIANTS:
         raise ValueError(f"variant must be one of {sorted(DOT_VARIANTS)}, got {variant!r}")
-    default = default_variant(routing.batch, h_precision, w13.layout)  # checks h_precision even when one is named
+    default = default_variant(x.shape[0], h_precision, w13.layout)  # checks h_precision even when one is named
     variant = variant or default
+    method = DOT_VARIANTS[variant][0].get("routing", "torch") if use_dot is not False else "torch"
+    routing, use_dot = plan_routing(topk_ids, topk_weights, use_dot, dedup, method, w13.num_experts)
     if not use_dot and w13.layout != "v5":
         raise ValueError(f"use_dot=False (the CUDA-core path) reads layout 'v5'; the experts are in {w13.layout!r} "
                          f"(prepare_experts(..., layout='v5'))")
-    if use_dot and variant_layout(variant) != w13.layout:
+    if use_dot and w13.layout not in READABLE_LAYOUTS[variant_layout(variant)]:
         raise ValueError(f"variant {variant!r} reads layout {variant_layout(variant)!r}; the experts are in "
                          f"{w13.layout!r} (prepare_experts(..., layout=...))")
     c13 = pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)

@@ -23,6 +23,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -364,7 +365,7 @@ def test_prepare_experts_v6_decodes_to_the_original(k: int) -> None:
         wd.prepare_experts(b, s, k, layout="v6")
     assert wd.prepare_experts(b, s, k, layout="auto").layout == "v5"  # the fallback
     with pytest.raises(ValueError, match="layout"):
-        wd.prepare_experts(b, s, k, layout="v7")
+        wd.prepare_experts(b, s, k, layout="v8")
 
 
 def test_v6_variants_need_the_v6_layout(interpret: None) -> None:
@@ -539,7 +540,7 @@ def test_dot_variants(interpret: None, variant: str) -> None:
     check_decode(Problem(3, D=768, I=32, E=4, k=2, seed=71), use_dot=True, variant=variant)
 
 
-@pytest.mark.parametrize("variant", sorted(wd.H16_VARIANTS))
+@pytest.mark.parametrize("variant", sorted(wd.H16_VARIANTS - wd.V7_VARIANTS))  # v7: test_v7_kernels
 def test_h_in_one_bf16_part(interpret: None, variant: str) -> None:
     """The h16 variants (moe_decode's default): gate_up writes h as one bf16 part [P, I] and down reads it
     (VMODE 0). Against the float64 reference: h is the fp32 path's h rounded once to bf16, the output within
@@ -696,7 +697,7 @@ def _dot_kernel_maker(kernel, ints: dict, constexprs: dict, wq: str = "u8"):  # 
     return helpers.dsl(kernel, types, constexprs, divisibility, num_warps=1)
 
 
-@pytest.mark.parametrize("variant", ["v3", "v5", "v5_mixed", "v6_u3c_fp32h"])
+@pytest.mark.parametrize("variant", ["v5", "v5_mixed", "v6_u3c_fp32h"])  # v7: test_v7_kernels_replayed_as_ptx
 def test_dot_kernels_from_registers_replayed_as_ptx(monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
     """The mt.dot kernels compiled to PTX and replayed in the simulator (mma.sync included) agree with the
     interpreter and the float64 reference (h passing between them as bf16 hi / lo parts, as in moe_decode), and
@@ -877,6 +878,197 @@ def test_benchmark_methods_prepare_the_layout_they_read(interpret: None) -> None
         assert rel_err(make(x, ids, weights)().float(), ref) <= BOUND_BF16_OUT
 
 
+# ------------------------------------------------------------------------------------------ v7
+
+
+@pytest.mark.parametrize("n, k", [(37, 70), (48, 288)])
+def test_v7_scale_words_layout(n: int, k: int) -> None:
+    """The v7 scale words: byte 2 h + rr of word [e, p, s, 4 g + t] is the (biased, v6) scale of block
+    8 s + 4 h + t of row rr * ceil(N / 2) + 8 p + g, 0 past the rows / blocks; the blocks and scales are v6's
+    (dequantize_prepared agrees); only v6 experts extend to v7."""
+    gen = torch.Generator().manual_seed(n + k)
+    b, s = mxfp4.random_mxfp4((2, n), k, gen, (100, wd.FOLD_MAX_SCALE + 1))
+    s[1, 3, 1] = 0xFF
+    v6, v7 = wd.prepare_experts(b, s, k, layout="v6"), wd.prepare_experts(b, s, k, layout="v7")
+    assert v7.layout == "v7" and v7.blocks is not None and torch.equal(v7.blocks, v6.blocks)
+    assert torch.equal(v7.scales, v6.scales) and wd.with_scale_words(v6).scale_words.equal(v7.scale_words)
+    got = v7.scale_words.view(torch.uint8).reshape(*v7.scale_words.shape[:3], 8, 4, 2, 2)  # [e, p, s, g, t, h, rr]
+    half, nb = wd.v7_half(n), v6.row_blocks
+    assert got.shape[1:3] == (-(-half // 8), -(-nb // 8))
+    e, p, st, g, t, h, rr = torch.meshgrid(*(torch.arange(x) for x in got.shape), indexing="ij")
+    row, blk = rr * half + 8 * p + g, 8 * st + 4 * h + t
+    valid = (8 * p + g < half) & (row < n) & (blk < nb)
+    want = torch.where(valid, v6.scales[e, row.clamp(max=n - 1), blk.clamp(max=nb - 1)], 0)
+    assert torch.equal(got, want.to(torch.uint8))
+    assert torch.equal(wd.dequantize_prepared(v7).nan_to_num(7.0), wd.dequantize_prepared(v6).nan_to_num(7.0))
+    with pytest.raises(ValueError, match="v6"):
+        wd.with_scale_words(wd.prepare_experts(b, s, k, layout="v5"))
+
+
+def _reversed_atomics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interpreter's atomic adds processed in reverse lane order: the GPU lands them in any order."""
+    from minitriton.interpreter import memory
+    real = memory.Memory.atomic_add
+
+    def backwards(self, addrs, active, values, *rest):  # type: ignore[no-untyped-def]
+        flip = lambda a: None if a is None else np.ascontiguousarray(np.asarray(a).reshape(-1)[::-1])  # noqa: E731
+        old = real(self, flip(addrs), flip(active), flip(values), *rest)
+        return np.ascontiguousarray(old.reshape(-1)[::-1]).reshape(np.asarray(old).shape)
+
+    monkeypatch.setattr(memory.Memory, "atomic_add", backwards)
+
+
+@pytest.mark.parametrize("order", ["lanes", "reversed"])
+def test_route_sort_kernel_is_make_routing(interpret: None, monkeypatch: pytest.MonkeyPatch, order: str) -> None:
+    """route_sort_kernel (the v7 routing, one launch) gives make_routing's tables exactly (torch.sort(stable=True)
+    of the ids + route_items_kernel): the sorted pair order, the item starts, the item count, for groups 8 and
+    3, an expert with more pairs than a group (several items), repeated experts in a token, experts unused; also
+    when the atomic adds land in another order (the stable rank is recounted from the grouped pairs)."""
+    if order == "reversed":
+        _reversed_atomics(monkeypatch)
+    gen = torch.Generator().manual_seed(17)
+    cases = [(torch.randint(0, 3, (12, 2), generator=gen), 3), (torch.randint(0, 40, (9, 5), generator=gen), 40)]
+    cases.append((torch.stack([torch.randperm(50, generator=gen)[:4] for _ in range(16)]), 50))
+    for ids, experts in cases:
+        ids = ids.to(torch.int32)
+        ids[0, :2] = torch.tensor([1, 1])  # a token routing one expert twice
+        weights = torch.rand(ids.shape, generator=gen)
+        for group in (8, 3):
+            want = wd.make_routing(ids, weights, group, True)
+            got = wd.dsl_routing(*wd._flat_pairs(ids, weights), *ids.shape, group, experts)
+            n = int(want.n_items)
+            assert int(got.n_items) == n and torch.equal(got.pairs.long(), want.pairs)
+            assert torch.equal(got.first[:n + 1], want.first[:n + 1])
+    single, _ = wd.plan_routing(ids[:1], weights[:1], method="dsl", num_experts=50)  # B = 1: the pairs are items
+    assert not single.dedup and single.group == 8 and single.n_pairs == ids.shape[1]
+
+
+V7_PROBLEMS = [  # (B, D, I, E, k, seed, ids): the routing / loop forms the v7 kernels take
+    (1, 768, 64, 4, 3, 81, None),  # B = 1: items are the pairs (no tables); gate_up 3 whole steps, down 1 (tail)
+    (5, 70, 38, 5, 2, 82, None),  # partial blocks, masked steps (the rotating loop), odd D: half = 35
+    (12, 256, 48, 6, 2, 83, "shared"),  # 24 pairs on 3 experts (items split), a token routing an expert twice
+]
+
+
+@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_cg_vpf"])
+def test_v7_kernels(interpret: None, variant: str) -> None:
+    """The v7 kernels (scale words carried with the weights, gate / up in one thread, per-pair contributions
+    summed by slot, the DSL routing) against float64 within H16_BOUND and against the v6 kernels on the same
+    weights (v7 experts read as v6): h is the same dots in the same order, so with k = 2 (two terms per token,
+    whose sum does not depend on the order) the outputs are bit-identical, and within 1e-6 at k = 3; forced item
+    splits change nothing (each pair's contribution is written once); the bf16 output is round(fp32)."""
+    for B, D, I, E, k, seed, ids in V7_PROBLEMS:
+        gen = torch.Generator().manual_seed(seed)
+        routed = None
+        if ids == "shared":
+            routed = torch.randint(0, 3, (B, k), generator=gen)
+            routed[5] = torch.tensor([1, 1])
+        p = Problem(B, D=D, I=I, E=E, k=k, seed=seed, ids=routed)
+        w13, w2 = p.prepare("v7")
+        ref, _ = p.reference()
+        out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant=variant)
+        assert rel_err(out, ref) <= H16_BOUND
+        v6 = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v6_u3c")
+        assert torch.equal(out, v6) if k == 2 else rel_err(out, v6) <= 1e-6
+        bf16 = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant=variant)
+        assert torch.equal(bf16, out.to(torch.bfloat16))
+        if B == 12:
+            routing, _ = wd.plan_routing(p.ids, p.weights, method="dsl", num_experts=E)
+            c13, c2 = (dataclasses.replace(wd.pick_config(w.row_blocks, routing.n_pairs, True, variant, kind),
+                                           splits=3) for w, kind in ((w13, "gate_up"), (w2, "down")))
+            assert torch.equal(wd.down(wd.gate_up(p.x, routing, w13, c13), routing, w2, torch.float32, c2), out)
+    with pytest.raises(ValueError, match="layout"):  # the v7 kernels need the scale words
+        wd.moe_decode(p.x, p.ids, p.weights, *p.prepare("v6"), variant=variant)
+
+
+def test_v7_defaults_and_checks(interpret: None) -> None:
+    """v7 experts run the v7 kernels by default (AUTO_LAYOUT still gives v6: switching the default is that one
+    constant), the v6 variants read them as v6, the v7 variant with the torch routing equals the DSL one, and the
+    v7 configs refuse what the kernels do not do."""
+    assert wd.default_variant(4, "bf16", "v7") == wd.V7_BF16_H_VARIANT == "v7_u3c" and wd.AUTO_LAYOUT == "v6"
+    assert wd.default_variant(4, "fp32", "v7") == "v6_u3c_fp32h" and wd.V7_VARIANTS <= wd.H16_VARIANTS
+    p = Problem(3, D=256, I=32, E=4, k=2, seed=84)
+    w13, w2 = p.prepare("v7")
+    out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32)
+    assert torch.equal(out, wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32,
+                                          variant="v7_u3c_ts"))
+    fp32_h = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, h_precision="fp32")
+    assert rel_err(fp32_h, p.reference()[0]) <= BOUND_DOT
+    config = wd.pick_config(w13.row_blocks, 6, True, "v7_u3c")
+    for bad in (dict(h_bf16=False), dict(prefetch=1, unroll=False), dict(rows=32)):
+        with pytest.raises(ValueError, match="v7"):
+            wd._check_config(dataclasses.replace(config, **bad))
+    with pytest.raises(ValueError, match="v7"):
+        wd._check_config(dataclasses.replace(wd.pick_config(8, 6, True, "v6_u3c"), vpf=True))
+
+
+def test_v7_kernels_replayed_as_ptx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The v7 kernels compiled to PTX and replayed in the simulator equal the interpreter: gate_up (B = 2, the
+    DSL routing's tables, 3 whole steps: the unrolled loop, scale words carried, the in-thread gate / up
+    pairing), down (K = 48: a partial block, the rotating loop, per-pair contributions), with the L1 prefetch and
+    the .cg weight loads (v7_u3c_cg_vpf); the scale words are loaded once per step (one ld.global.b32 a step) and
+    no ldmatrix or shared memory is left in the K loops."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from minitriton.ir.types import PointerType, ScalarType
+    monkeypatch.setenv("MINITRITON_INTERPRET", "1")
+    D, I, variant = 768, 48, "v7_u3c_cg_vpf"
+    p = Problem(2, D=D, I=I, E=3, k=2, seed=85)
+    w13, w2 = p.prepare("v7")
+    routing, _ = wd.plan_routing(p.ids, p.weights, method="dsl", num_experts=3)
+    c13, c2 = (wd.pick_config(w.row_blocks, routing.n_pairs, True, variant, kind)
+               for w, kind in ((w13, "gate_up"), (w2, "down")))
+
+    def maker(kind, constexprs):  # type: ignore[no-untyped-def]
+        types, div = {}, {}
+        for part in v7_signature(kind).split(","):
+            name, t, *d = part.split(":")
+            types[name] = (PointerType(ScalarType({"bf16": "bf16", "fp32": "f32", "i32": "i32"}[t[1:]]))
+                           if t.startswith("*") else ScalarType(t))
+            if d:
+                div[name] = 16
+        kernel = wd.gate_up_kernel_v7 if kind == "gate_up" else wd.down_kernel_v7
+        return helpers.dsl(kernel, types, constexprs, div, num_warps=1)
+
+    def k_loop(ptx: str) -> str:
+        return ptx[ptx.index("mma.sync") - 1:].split("$L_for_end")[0]
+
+    meta = wd._v7_meta(w13, c13, routing.group, True)
+    meta.pop("num_warps")
+    make = maker("gate_up", meta)
+    h = torch.full((routing.n_pairs, I), float("nan"), dtype=torch.bfloat16)
+    args = [p.x, routing.ids, routing.pairs, routing.first, routing.n_items, w13.blocks.view(torch.int32),
+            w13.scale_words, h, routing.n_pairs, routing.topk, D, I, w13.row_blocks]
+    grid = (mt.cdiv(I, 8), 1)
+    ptx, _, _ = helpers.lower(make)
+    loop = k_loop(ptx)
+    assert "ldmatrix" not in ptx and "st.shared" not in loop and loop.count("ld.global.b32") == 3  # 3 steps unrolled
+    assert "prefetch.global.L1" in ptx and "ld.global.cg" in loop
+    want_h = helpers.run_interpreted(make, grid, args)[7]
+    got_h = helpers.run_simulated(make, grid, args, ptx)[7]
+    assert rel_err(got_h, want_h) <= 2**-8  # bf16 h (one rounding may land on either side)
+    meta = wd._v7_meta(w2, c2, routing.group, True)
+    meta.pop("num_warps")
+    make = maker("down", meta)
+    part = torch.full((routing.topk, 2, D), float("nan"))
+    args = [got_h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
+            w2.blocks.view(torch.int32), w2.scale_words, part, routing.n_pairs, routing.topk, 2, D, I, w2.row_blocks]
+    ptx, _, _ = helpers.lower(make)
+    assert "ldmatrix" not in ptx and "st.shared" not in k_loop(ptx)
+    grid = (mt.cdiv(wd.v7_half(D), 8), 1)
+    want = helpers.run_interpreted(make, grid, args)[8]
+    got = helpers.run_simulated(make, grid, args, ptx)[8]
+    assert not got.isnan().any() and rel_err(got, want) <= 1e-6  # the mma's sum order is the simulator's
+
+
+def v7_signature(kind: str) -> str:
+    """The v7 kernels' argument types as the DSL routing gives them (tools/warp_decode_ab.py's, without batch 16)."""
+    tables = "ids_ptr:*i32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*i32:16,sw_ptr:*i32:16"
+    if kind == "gate_up":
+        return f"x_ptr:*bf16:16,{tables},h_ptr:*bf16:16,n_pairs:i32,topk:i32,D:i32:16,I:i32:16,row_blocks:i32"
+    return (f"h_ptr:*bf16:16,{tables.replace('pairs_ptr', 'wts_ptr:*fp32:16,pairs_ptr')},part_ptr:*fp32:16,"
+            "n_pairs:i32,topk:i32,batch:i32,D:i32:16,I:i32:16,row_blocks:i32")
+
+
 # ------------------------------------------------------------------------------------------------ GPU
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -920,6 +1112,7 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
                                      h_precision="fp32"), ref) <= (BOUND_DOT if use_dot else 1e-5)
     experts = {"v5": (w13, w2), "v6": (wd.prepare_experts(*w13_raw, layout="v6"),
                                        wd.prepare_experts(*w2_raw, layout="v6"))}
+    experts["v7"] = tuple(wd.with_scale_words(w) for w in experts["v6"])
     for variant in wd.DOT_VARIANTS:  # every mt.dot variant (tools/warp_decode_ab.py times them), on its layout
         got = wd.moe_decode(x, ids, weights, *experts[wd.variant_layout(variant)], out_dtype=torch.float32,
                             use_dot=True, variant=variant)
@@ -928,6 +1121,9 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
     out = wd.moe_decode(x, ids, weights, *experts["v6"])  # the v6 layout's default (v6_u3c), bf16 out
     assert rel_err(out, ref) <= BOUND_BF16_OUT
     assert torch.equal(out, wd.moe_decode(x, ids, weights, *experts["v6"], out_dtype=torch.float32).to(out.dtype))
+    v7 = wd.moe_decode(x, ids, weights, *experts["v7"], out_dtype=torch.float32)  # v7_u3c, the DSL routing
+    assert torch.equal(v7, wd.moe_decode(x, ids, weights, *experts["v7"], out_dtype=torch.float32))  # deterministic
+    assert rel_err(v7, ref) <= H16_BOUND
 
 
 @pytest.mark.gpu
@@ -956,3 +1152,15 @@ def test_gpu_cuda_graph_replay_with_new_routing(monkeypatch: pytest.MonkeyPatch)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, wd.moe_decode(x, ids, weights, w13, w2))
+    v7 = tuple(wd.with_scale_words(w) for w in (w13, w2))  # the v7 kernels and the one-launch DSL routing
+    wd.moe_decode(x, ids, weights, *v7)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = wd.moe_decode(x, ids, weights, *v7)
+    for t, new in zip((x, ids, weights), inputs()):
+        t.copy_(new)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, wd.moe_decode(x, ids, weights, *v7))

@@ -20,7 +20,10 @@ at K3 (warp_decode.gate_up_launch / down_launch; the down kernel at each batch's
 step (an unrolled loop holds 3 steps).
 
 Variants of the v6 family (warp_decode.V6_VARIANTS) read experts prepared with layout "v6": the timing prepares
-that copy of the layer too (another 15.7 GB on the GPU) when one is asked for.
+that copy of the layer too (another 15.7 GB on the GPU) when one is asked for. The v7 family (V7_VARIANTS) reads
+v7 experts, made from the v6 copy by wd.with_scale_words (its blocks and scales shared, +1/16 for the scale
+words); its routing is route_sort_kernel (B > 1) or none (B = 1), timed as part of the call like the others'.
+--graph times CUDA-graph replays (no host launch overhead: what a serving loop sees).
 """
 from __future__ import annotations
 
@@ -97,8 +100,13 @@ def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_
     copy_bw = harness.copy_bandwidth()
     layer = bench.make_layer(shape)
     layouts = {"v5"} | {wd.variant_layout(v.partition("@")[0]) for v in variants}  # each variant reads one
+    if "v7" in layouts:  # v7 experts share v6's blocks and scales (with_scale_words adds 1/16)
+        layouts.add("v6")
     experts = {layout: (wd.prepare_experts(layer.w13_blocks, layer.w13_scales, layout=layout),
-                        wd.prepare_experts(layer.w2_blocks, layer.w2_scales, layout=layout)) for layout in layouts}
+                        wd.prepare_experts(layer.w2_blocks, layer.w2_scales, layout=layout))
+               for layout in sorted(layouts - {"v7"})}
+    if "v7" in layouts:
+        experts["v7"] = tuple(wd.with_scale_words(w) for w in experts["v6"])
     w13, w2 = experts["v5"]
     harness.log(f"bias foldable: w13 {w13.folds_bias}, w2 {w2.folds_bias}")
     triton_make = None
@@ -210,8 +218,24 @@ def k3_experts(kind: str, layout: str) -> wd.PreparedExperts:
     rows, k = ((2 * bench.SHAPE.intermediate, bench.SHAPE.hidden) if kind == "gate_up"
                else (bench.SHAPE.hidden, bench.SHAPE.intermediate))
     nb = k // 32
+    words = None
+    if layout == "v7":
+        tiles, steps = -(-wd.v7_half(rows) // wd.V7_GROUP), -(-nb // wd.V7_STEP)
+        words = torch.empty((1, tiles, steps, 32), dtype=torch.int32)
     return wd.PreparedExperts(torch.empty((1, rows, nb * 16), dtype=torch.uint8),
-                              torch.empty((1, rows, nb), dtype=torch.uint8), k, 127, layout)
+                              torch.empty((1, rows, nb), dtype=torch.uint8), k, 127, layout, words)
+
+
+def v7_signature(kind: str, batch: int) -> str:
+    """AOT signature of the v7 kernels as moe_decode launches them: int32 pairs (route_sort_kernel's; at B = 1 the
+    ids stand in), int32 weight and scale words, bf16 h, fp32 per-pair contributions."""
+    tables = "ids_ptr:*i32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*i32:16,sw_ptr:*i32:16"
+    if kind == "gate_up":
+        return (f"x_ptr:*bf16:16,{tables},h_ptr:*bf16:16,n_pairs:i32:16,topk:i32:16,D:i32:16,I:i32:16,"
+                "row_blocks:i32:16")
+    return (f"h_ptr:*bf16:16,{tables.replace('pairs_ptr', 'wts_ptr:*fp32:16,pairs_ptr')},part_ptr:*fp32:16,"
+            f"n_pairs:i32:16,topk:i32:16,batch:i32{':16' if batch % 16 == 0 else ''},D:i32:16,I:i32:16,"
+            "row_blocks:i32:16")
 
 
 def compile_variant(kind: str, variant: str, batch: int) -> Any:
@@ -220,6 +244,13 @@ def compile_variant(kind: str, variant: str, batch: int) -> Any:
     w = k3_experts(kind, wd.variant_layout(variant))
     config = wd.pick_config(w.row_blocks, batch * bench.SHAPE.topk, True, variant, kind)
     h_bf16 = bool(wd.DOT_VARIANTS[variant][0].get("h_bf16"))
+    if config.layout == "v7":  # B = 1: items are the pairs (DEDUP off); else route_sort_kernel's tables
+        dedup = batch > 1
+        launch = (wd.gate_up_launch(w, config, 8, dedup, parts=False) if kind == "gate_up"
+                  else wd.down_launch(w, config, 8, dedup, batch, False, True))
+        kernel, meta = launch
+        num_warps = meta.pop("num_warps")
+        return kernel.aot_spec(v7_signature(kind, batch), num_warps, None, None, **meta).compile(target="cubin")
     if kind == "gate_up":
         kernel, meta = wd.gate_up_launch(w, config, 8, True, parts=True)
     else:
@@ -240,7 +271,10 @@ def variants_sass_report(variants: list[str], batches: tuple[int, ...]) -> str:
              "per step: top opcodes"]
     for v in variants:
         steps = 3 if wd.DOT_VARIANTS[v][0].get("unroll") else 1
-        for kind, bts in (("gate_up", (batches[0],)), ("down", batches)):
+        gate_up_batches, down_batches = (batches[0],), batches
+        if wd.variant_layout(v) == "v7":  # B = 1 (items = pairs, no tables) and B > 1 compile differently, and
+            gate_up_batches = down_batches = tuple(dict.fromkeys(min(b, 2) for b in batches))  # nothing else does
+        for kind, bts in (("gate_up", gate_up_batches), ("down", down_batches)):
             for b in bts:
                 compiled = compile_variant(kind, v, b)
                 cubin = out / f"{kind}_{v}_{b}.cubin"
@@ -250,6 +284,8 @@ def variants_sass_report(variants: list[str], batches: tuple[int, ...]) -> str:
                 meta = compiled.metadata
                 top = ", ".join(f"{k} {c / steps_here:g}" for k, c in counts.most_common(8))
                 bt = "-" if kind == "gate_up" else str(1 << (b - 1).bit_length())
+                if wd.variant_layout(v) == "v7":  # no BT accumulator: the column says the routing form
+                    bt = "B=1" if b == 1 else "B>1"
                 lines.append(f"{kind} | {v} | {bt} | {n / steps_here:.1f} | {n / steps_here / WEIGHTS_PER_STEP:.2f} | "
                              f"{meta.get('registers')} | {meta.get('spill_stores')} / {meta.get('spill_loads')} | "
                              f"{top}")
