@@ -1215,14 +1215,15 @@ def _prefetch_area(scr, pf, n_replay, T, PF: mt.constexpr, RS: mt.constexpr, TH:
 
 
 @mt.func
-def _prefetch_span(at, n_floats, NP: mt.constexpr, PF: mt.constexpr, TOUCH: mt.constexpr, num_items):
-    """The n_floats floats from `at` into L1, NP pointers PF floats apart (TOUCH: touched by loads, as in
-    `_prefetch_area`)."""
+def _prefetch_span(at, n_floats, NP: mt.constexpr, PF: mt.constexpr, TOUCH: mt.constexpr, num_items,
+                   LEVEL: mt.constexpr = "L1"):
+    """The n_floats floats from `at` into L1 (or LEVEL), NP pointers PF floats apart (TOUCH: touched by loads, as
+    in `_prefetch_area`)."""
     offs = mt.arange(0, NP) * PF
     if TOUCH:
         mt.store(at + offs, mt.load(at + offs, mask=offs < n_floats), mask=(offs < n_floats) & (num_items < 0))
     else:
-        mt.prefetch(at + offs, mask=offs < n_floats)
+        mt.prefetch(at + offs, mask=offs < n_floats, level=LEVEL)
 
 
 @mt.func
@@ -1241,7 +1242,8 @@ def kda_decode_staged_kernel(
         H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
         KL: mt.constexpr, KV: mt.constexpr, TH: mt.constexpr, TN: mt.constexpr, OR: mt.constexpr,
         ONE_RUN: mt.constexpr, PREFETCH: mt.constexpr = 0, PF: mt.constexpr = 32, NPF: mt.constexpr = 1,
-        AHEAD: mt.constexpr = 1, NPS: mt.constexpr = 0, STATE_CACHE: mt.constexpr = ""):
+        AHEAD: mt.constexpr = 1, NPS: mt.constexpr = 0, STATE_CACHE: mt.constexpr = "",
+        LATE_STATE: mt.constexpr = False):
     """The step for T > 1 with the whole state in registers and no barrier in the token loops (variant `staged`).
     A persistent grid; each program works through (row, head) items with its own scratch (L2/L1-resident):
       1. the raw q | k | v of every sequence position (the committed window, the replayed drafts, the new tokens)
@@ -1271,7 +1273,8 @@ def kda_decode_staged_kernel(
     the first barrier: NPS > 0 prefetches it then (NPS pointers PF floats apart; touched with PREFETCH 3), and
     this head's conv taps at the item's start.
     STATE_CACHE: the state load's cache modifier (".cg": read through L2 only, so the 64 KB of state an item
-    reads does not evict the rows from L1)."""
+    reads does not evict the rows from L1). LATE_STATE: the state is prefetched into L2 at the item's start and
+    loaded after the prologue, whose loads then have its 64 registers."""
     pid = mt.program_id(0)
     T = NUM_DRAFTS + 1
     C = 2 * H * K + H * V
@@ -1311,7 +1314,13 @@ def kda_decode_staged_kernel(
             n_replay = _replay_count(num_accepted_ptr, b, MAX_DRAFTS)
             _, _, ch_q, ch_k, ch_v = _head_channels(h, H, K, V)
             state_at = state_ptr + (slot64 * H + h) * (V * K) + state_offs
-            S = mt.load(state_at, cache_modifier=STATE_CACHE)  # the committed state, in flight during the prologue
+            if LATE_STATE:  # into L2 now (one pointer a line), into registers after the prologue (which then has
+                # the state's 64 registers for its own loads)
+                _prefetch_span(state_ptr + (slot64 * H + h) * (V * K), V * K, V * K // 32, 32, False, num_items,
+                               "L2")
+                S = mt.zeros(state_at.shape, mt.float32)
+            else:
+                S = mt.load(state_at, cache_modifier=STATE_CACHE)  # the committed state, in flight in the prologue
             dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
             a_coef = mt.exp(mt.load(a_log_ptr + h))
             conv_base = conv_state_ptr + slot64 * (3 * C)
@@ -1399,6 +1408,8 @@ def kda_decode_staged_kernel(
             mt.store(draft_beta_ptr + draft0 + mt.maximum(tt - 1, 0) * H, mt.load(beta_ptr + tok_rows, mask=new_draft),
                      mask=new_draft)
             mt.barrier()  # the token rows are read by other threads (in the state's layout) below
+            if LATE_STATE:
+                S = mt.load(state_at, cache_modifier=STATE_CACHE)
             if PREFETCH == 1 or PREFETCH == 3 or (PREFETCH == 2 and not ONE_RUN):
                 _prefetch_area(scr, pf, n_replay, T, PF, RS, TH, PREFETCH == 3, num_items)
             if PREFETCH == 2 and ONE_RUN:
@@ -1484,12 +1495,13 @@ class Variant:
     ahead: int = 1
     seq_prefetch: bool = False  # the sequence area too, after the prologue's first barrier
     state_cache: str = ""
+    late_state: bool = False  # the state prefetched into L2 at the item's start, loaded after the prologue
 
     @property
     def t_gt_1(self) -> tuple:
         """What decides the T > 1 kernel's code (variants equal here time the same k >= 1 kernel)."""
         return (self.kernel, self.warps, self.rows, self.prefetch, self.pf_floats, self.ahead, self.seq_prefetch,
-                self.state_cache)
+                self.state_cache, self.late_state)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -1523,7 +1535,8 @@ VARIANTS: dict[str, Variant] = {
                         ("staged_pf_sec", dict(prefetch=1, pf_floats=8, seq_prefetch=True)),
                         ("staged_pf1", dict(prefetch=2, seq_prefetch=True)),
                         ("staged_pf2", dict(prefetch=2, ahead=2, seq_prefetch=True)),
-                        ("staged_touch", dict(prefetch=3, seq_prefetch=True)))},
+                        ("staged_touch", dict(prefetch=3, seq_prefetch=True)),
+                        ("staged_pf_late", dict(prefetch=1, seq_prefetch=True, late_state=True)))},
 }
 # The chunked kernel factors e^(G_i - G_j) as e^G_i e^-G_j: a chunk's cumulative log-decay must stay inside fp32's
 # exponent range (rows x |lower_bound| <= CHUNK_MAX_LOG_DECAY), else the step runs the loop kernel.
@@ -1724,6 +1737,8 @@ def _staged_options(chosen: Variant, half_rows: int, row_floats: int, raw_floats
             options["NPS"] = _pow2_at_least(-(-(2 * half_rows + 3) * raw_floats // chosen.pf_floats))
     if chosen.state_cache:
         options["STATE_CACHE"] = chosen.state_cache
+    if chosen.late_state:
+        options["LATE_STATE"] = True
     return options
 
 

@@ -291,16 +291,18 @@ def test_staged_kernel_runs_of_the_deferred_decay(interpret: None, lower_bound: 
     assert 0 in rep.accepted_counts and 5 in rep.accepted_counts
 
 
-STAGED_L1 = ["staged_cg", "staged_pf", "staged_pf_rows", "staged_pf_sec", "staged_pf1", "staged_pf2", "staged_touch"]
+STAGED_L1 = ["staged_cg", "staged_pf", "staged_pf_rows", "staged_pf_sec", "staged_pf1", "staged_pf2", "staged_touch",
+             "staged_pf_late"]
 
 
-@pytest.mark.parametrize("variant", ["staged_pf", "staged_pf2"])
+@pytest.mark.parametrize("variant", ["staged_pf", "staged_pf_late"])
 def test_staged_kernel_with_its_rows_in_l1_matches_the_reference(interpret: None, variant: str) -> None:
-    """The staged variants that bring the token rows into L1 (prefetched after the prologue; per token, 2 tokens
-    ahead) compute what `staged` does: 7 drafts, fp32, through the simulator. The interpreter checks every
-    prefetched address as it checks a load's (a prefetch past the scratch would raise). staged_pf1 and
-    staged_touch run in the interpreter as the PTX simulator tests' reference; staged_cg and staged_pf_sec differ
-    from these only in constants the host wrapper test checks."""
+    """The staged variants that bring what the prologue wrote into L1 (prefetched after its barriers; with the
+    state prefetched into L2 and loaded after the prologue) compute what `staged` does: 7 drafts, fp32, through
+    the simulator. The interpreter checks every prefetched address as it checks a load's (a prefetch past the
+    scratch would raise). staged_pf1 and staged_touch run in the interpreter as the PTX simulator tests'
+    reference, staged_pf2 in the next test; staged_cg, staged_pf_rows and staged_pf_sec differ from these only in
+    constants the host wrapper test checks."""
     step = functools.partial(kda_decode_step, variant=variant)
     rep = simulate_spec_decode(step, **SMALL, head_k_dim=32, head_v_dim=64, num_drafts=7, steps=8,
                                dtype=torch.float32, seed=16)
@@ -465,12 +467,13 @@ def test_host_wrapper_passes_the_staged_prefetch_options(monkeypatch: pytest.Mon
             "staged_pf_sec": dict(PREFETCH=1, PF=8, NPF=2048, NPS=1024, STATE_CACHE=".cg"),
             "staged_pf1": dict(PREFETCH=2, PF=32, NPF=32, AHEAD=1, NPS=256, STATE_CACHE=".cg"),
             "staged_pf2": dict(PREFETCH=2, PF=32, NPF=32, AHEAD=2, NPS=256, STATE_CACHE=".cg"),
-            "staged_touch": dict(PREFETCH=3, PF=32, NPF=512, NPS=256, STATE_CACHE=".cg")}
+            "staged_touch": dict(PREFETCH=3, PF=32, NPF=512, NPS=256, STATE_CACHE=".cg"),
+            "staged_pf_late": dict(PREFETCH=1, PF=32, NPF=512, NPS=256, STATE_CACHE=".cg", LATE_STATE=True)}
     assert set(want) == {"staged", *STAGED_L1}
     for variant, options in want.items():
         kda_decode_step(*x, w, cache, idx, acc, variant=variant)
         kwargs = fake.launches[-1][2]
-        names = ("PREFETCH", "PF", "NPF", "AHEAD", "NPS", "STATE_CACHE")
+        names = ("PREFETCH", "PF", "NPF", "AHEAD", "NPS", "STATE_CACHE", "LATE_STATE")
         assert {k: kwargs[k] for k in kwargs if k in names} == options
 
 
@@ -572,20 +575,23 @@ def test_k3_staged_kernel_fits_two_programs_per_sm() -> None:
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
-@pytest.mark.parametrize("variant", ["staged_pf", "staged_pf1"])
+@pytest.mark.parametrize("variant", ["staged_pf_late", "staged_pf1"])
 def test_k3_staged_prefetch_variants_fit_like_staged(variant: str) -> None:
-    """staged_pf (the sequence area and the token rows prefetched after the prologue's barriers) and staged_pf1
-    (the rows per token, one ahead) at the K3 shape, k = 7: still 128 registers and about staged's spills (312 /
-    316 B; 356 / 360 and 340 / 340), the prefetches in the PTX (`prefetch.global.L1`: 3 for the conv taps, 1 per
-    thread for the sequence area; the rows 2 per thread for staged_pf, for staged_pf1 one in each token loop, the
-    peeled tokens and the first row), the state loaded with ld.global.cg, and no bar.sync inside the token loops."""
+    """staged_pf_late (the sequence area and the token rows prefetched after the prologue's barriers, the state
+    into L2 at the item's start and loaded after the prologue) and staged_pf1 (the rows per token, one ahead) at
+    the K3 shape, k = 7: still 128 registers and at most about staged's spills (312 / 316 B; 156 / 248 and 340 /
+    340), the prefetches in the PTX (`prefetch.global.L1`: 3 for the conv taps, 1 per thread for the sequence
+    area; the rows 2 per thread, for staged_pf1 one in each token loop, the peeled tokens and the first row;
+    staged_pf_late's state 2 per thread into L2), the state loaded with ld.global.cg, and no bar.sync inside the
+    token loops."""
     tool = _barrier_tool()
     kernel = kda_decode.kda_decode_staged_kernel
     with tool.counted_barriers() as counts:
         compiled = kda_decode.staged_k3_spec(variant, 7).compile(target="cubin")
     assert compiled.metadata["registers"] <= 128, compiled.report()
     assert compiled.metadata["spill_stores"] <= 384 and compiled.metadata["spill_loads"] <= 384, compiled.report()
-    assert compiled.ptx.count("prefetch.global.L1") == 3 + 1 + (2 if variant == "staged_pf" else 4)
+    assert compiled.ptx.count("prefetch.global.L1") == 3 + 1 + (2 if variant == "staged_pf_late" else 4)
+    assert compiled.ptx.count("prefetch.global.L2") == (2 if variant == "staged_pf_late" else 0)
     assert compiled.ptx.count("ld.global.cg.v4.b32") == 16  # the state: 64 fp32 per thread
     assert {loop for (_, _, loop) in counts} <= {"-", f"kda_decode.py:{_item_loop_line(kernel)}:4"}, counts
 
@@ -763,7 +769,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (64, 96, 3, "stream_scratch"), (64, 96, 7, "stream_scratch_vc64"), (256, 12, 7, "chunked"),
     (64, 96, 3, "chunked"), (64, 96, 7, "chunked_2cta"), (256, 12, 7, "staged"), (64, 96, 7, "staged"),
     (64, 96, 3, "staged"), (256, 12, 1, "staged"), (256, 12, 7, "staged_pf"), (64, 96, 7, "staged_pf"),
-    (256, 12, 7, "staged_pf1"), (256, 12, 7, "staged_touch")])
+    (256, 12, 7, "staged_pf1"), (256, 12, 7, "staged_touch"), (256, 12, 7, "staged_pf_late"),
+    (64, 96, 7, "staged_pf_late")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
@@ -777,7 +784,7 @@ def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch"), (7, "chunked"),
-                                            (7, "staged"), (7, "staged_pf")])
+                                            (7, "staged"), (7, "staged_pf"), (7, "staged_pf_late")])
 def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int,
                                                        variant: str | None) -> None:
     """Capture one step, change the accepted counts and slots in place, replay: equals an eager step (k = 0: the

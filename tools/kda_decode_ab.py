@@ -13,9 +13,10 @@ marked '='). `stream_scratch` and `stream_scratch_vc64` time the streamed T > 1 
 in the k7 columns; run them alone with `--variants stream,stream_scratch,stream_scratch_vc64`. `staged` times
 `kda_decode_staged_kernel` (the whole state in registers, the per-token vectors staged up front, no barrier in the
 token loops) against the loop kernel: `--variants stream_l32_pf2,staged`. The staged variants with their token rows
-brought into L1 (`staged_cg` the control: the state read .cg only; `staged_pf`, `staged_pf_sec`, `staged_pf1`,
-`staged_pf2`, `staged_touch`; docs/kernels/kda_decode.md) are the same kernel with other constexprs, each timed:
-`--variants stream_l32_pf2,staged,staged_cg,staged_pf,staged_pf_sec,staged_pf1,staged_pf2,staged_touch`.
+brought into L1 (`staged_cg` the control: the state read .cg only; `staged_pf`, `staged_pf_rows`, `staged_pf_sec`,
+`staged_pf1`, `staged_pf2`, `staged_touch`, `staged_pf_late`; docs/kernels/kda_decode.md, "prefetching the staged
+kernel's columns") are the same kernel with other constexprs, each timed: `--variants stream_l32_pf2,staged,
+staged_cg,staged_pf,staged_pf_rows,staged_pf_sec,staged_pf1,staged_pf2,staged_touch,staged_pf_late` (one word).
 """
 from __future__ import annotations
 

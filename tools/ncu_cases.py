@@ -86,6 +86,7 @@ CASES: dict[str, Callable[[], Call]] = {
     "kda_staged_pf_k7": lambda: kda_decode(7, 7, "staged_pf"),
     "kda_staged_pf1_k7": lambda: kda_decode(7, 7, "staged_pf1"),
     "kda_staged_touch_k7": lambda: kda_decode(7, 7, "staged_touch"),
+    "kda_staged_pf_late_k7": lambda: kda_decode(7, 7, "staged_pf_late"),
     "flash_t8192": lambda: flash_kda(8192),
 }
 
