@@ -58,8 +58,10 @@ RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recur
 # and 548 B of spills (480 without); the PTX simulator matches the interpreter (tests/test_flash_kda.py).
 RECURRENCE_CARRIED = False
 # Phase 2 prefetches chunk t + 1's operands (w, kg, u, qg, Aqk, decay: ~64 KB at K3) into L1 while chunk t runs
-# (kda_recurrence_kernel PREFETCH, one `prefetch.global.L1` per 128-byte line). Off until timed on the H200.
-RECURRENCE_PREFETCH = False
+# (kda_recurrence_kernel PREFETCH, one `prefetch.global.L1` per 128-byte line). Measured on the H200 (2026-12-01
+# 23:00 UTC, tools/flash_kda_variants.py --prefetch=yes): the recurrence 534.8 -> 502.6 us at B1 T8192 H12, 2586.6 ->
+# 2413.6 us at B1 T32768 H16 (-6%), errors unchanged.
+RECURRENCE_PREFETCH = True
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
 STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
