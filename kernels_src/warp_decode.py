@@ -128,6 +128,12 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v7_u3c_vpf": (dict(_V7, vpf=True), dict(_V7, vpf=True)),  # the next step's vector lines prefetched into L1
     "v7_u3c_cg_vpf": (dict(_V7, wcache=".cg", vpf=True), dict(_V7, wcache=".cg", vpf=True)),
     "v7_u3": (dict(_V7, min_blocks=None), _V7),  # gate_up uncapped
+    # the next item's tables and first three steps loaded during the current item (no per-item prologue wait)
+    "v7_u3c_x": (dict(_V7, xitem=True), dict(_V7, xitem=True)),
+    "v7_u3c_x_cg_vpf": (dict(_V7, xitem=True, wcache=".cg", vpf=True), dict(_V7, xitem=True, wcache=".cg", vpf=True)),
+    # the same without the 128-register cap (no spills: gate_up 157 registers, 12 resident warps per SM; down 160, 12)
+    "v7_x_cg_vpf": (dict(_V7, xitem=True, wcache=".cg", vpf=True, min_blocks=None),
+                    dict(_V7, xitem=True, wcache=".cg", vpf=True, min_blocks=None)),
 }
 H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
 # The weight layout (PreparedExperts.layout) each variant reads: prepare_experts(..., layout=variant_layout(name)).
@@ -1305,14 +1311,113 @@ def item_v7(it0, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP):
     return mt.sum(pair, axis=0), mt.sum(pair_ok.to(mt.int32), axis=0) > 0, mt.sum(expert, axis=0).to(mt.int64)
 
 
+@mt.func
+def kloop_x_v7(q_a, s_a, q_b, s_b, q_c, s_c, wq_ptr, q_row, sw_at, expert_n, has_next, w_row, row_ok, expert_rows,
+               sw_ptr, tile_words, steps, lane, blk_ht, vb, vk, K, row_blocks, ROWS, NT, UNROLL_TAIL, WCACHE):
+    """The K loop of XITEM (whole steps, >= 3 of them): q_a .. s_c hold this item's first three steps (loaded by
+    the previous item); the loop is unrolled by 3 with its last iteration peeled, so only the peeled iteration and
+    the tail refill from the next item (rows q_row_n / scale words sw_at_n, its steps 0, 1, 2), nine or more
+    steps after the item's start: the next item's tables, loaded then, are waited for only there (its rows
+    are computed there too, from expert_n: less state live through the loop). Without a next item (has_next
+    false) those refills read this item's first steps again (L2 hits). Returns the accumulator and the next
+    item's first three steps in order (the buffers rotate by steps % 3)."""
+    H = 2
+    B = 8
+    j = mt.arange(0, 4)
+    k_ht = (blk_ht * 32)[:, None, :, None] + mt.arange(0, 8)[None, None, None, :]
+    acc = mt.zeros((ROWS, NT), mt.float32)
+    peel = row_blocks - UNROLL_TAIL * B - 3 * B  # the last unrolled iteration's first block
+    for kb in range(0, peel, 3 * B):
+        acc = step_v7(acc, q_a, s_a, vb, vk, kb, k_ht, K, ROWS, NT, H, True)
+        q_a, s_a = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, kb + 3 * B, blk_ht, j, row_blocks, True, WCACHE)
+        acc = step_v7(acc, q_b, s_b, vb, vk, kb + B, k_ht, K, ROWS, NT, H, True)
+        q_b, s_b = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, kb + 4 * B, blk_ht, j, row_blocks, True, WCACHE)
+        acc = step_v7(acc, q_c, s_c, vb, vk, kb + 2 * B, k_ht, K, ROWS, NT, H, True)
+        q_c, s_c = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, kb + 5 * B, blk_ht, j, row_blocks, True, WCACHE)
+    # the peeled iteration: refill i loads stream step (steps - UNROLL_TAIL + i): this item's while i < UNROLL_TAIL,
+    # else the next item's step i - UNROLL_TAIL
+    q_row_n, sw_at_n = rows_v7(expert_n, w_row, row_ok, expert_rows, sw_ptr, tile_words, steps, lane, row_blocks)
+    q_row_n = mt.where(has_next, q_row_n, q_row)
+    sw_at_n = mt.where(has_next, sw_at_n, sw_at)
+    acc = step_v7(acc, q_a, s_a, vb, vk, peel, k_ht, K, ROWS, NT, H, True)
+    if UNROLL_TAIL >= 1:
+        q_a, s_a = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, peel + 3 * B, blk_ht, j, row_blocks, True, WCACHE)
+    else:
+        q_a, s_a = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, 0, blk_ht, j, row_blocks, True, WCACHE)
+    acc = step_v7(acc, q_b, s_b, vb, vk, peel + B, k_ht, K, ROWS, NT, H, True)
+    if UNROLL_TAIL == 2:
+        q_b, s_b = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, peel + 4 * B, blk_ht, j, row_blocks, True, WCACHE)
+    else:
+        q_b, s_b = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, (1 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
+                                True, WCACHE)
+    acc = step_v7(acc, q_c, s_c, vb, vk, peel + 2 * B, k_ht, K, ROWS, NT, H, True)
+    q_c, s_c = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, (2 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
+                            True, WCACHE)
+    tail = row_blocks - UNROLL_TAIL * B
+    if UNROLL_TAIL >= 1:
+        acc = step_v7(acc, q_a, s_a, vb, vk, tail, k_ht, K, ROWS, NT, H, True)
+        q_a, s_a = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, (3 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
+                                True, WCACHE)
+    if UNROLL_TAIL == 2:
+        acc = step_v7(acc, q_b, s_b, vb, vk, tail + B, k_ht, K, ROWS, NT, H, True)
+        q_b, s_b = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, 2 * B, blk_ht, j, row_blocks, True, WCACHE)
+    if UNROLL_TAIL == 1:
+        q_a, s_a, q_b, s_b, q_c, s_c = q_b, s_b, q_c, s_c, q_a, s_a
+    if UNROLL_TAIL == 2:
+        q_a, s_a, q_b, s_b, q_c, s_c = q_c, s_c, q_a, s_a, q_b, s_b
+    return acc, q_a, s_a, q_b, s_b, q_c, s_c
+
+
+@mt.func
+def first_steps_v7(wq_ptr, q_row, sw_at, lane, blk_ht, row_blocks, WCACHE):
+    """XITEM: the first item's steps 0, 1, 2 (before the item loop)."""
+    j = mt.arange(0, 4)
+    q_a, s_a = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, 0, blk_ht, j, row_blocks, True, WCACHE)
+    q_b, s_b = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, 8, blk_ht, j, row_blocks, True, WCACHE)
+    q_c, s_c = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, 16, blk_ht, j, row_blocks, True, WCACHE)
+    return q_a, s_a, q_b, s_b, q_c, s_c
+
+
+@mt.func
+def store_h_v7(acc, h_ptr, pair, pair_ok, neuron, I):
+    """gate_up's epilogue: acc [16, NT] (tile rows g: gate, g + 8: up of neuron[g]) -> bf16 h[pair, neuron]. Rows g
+    and g + 8 sit in one thread; this form of the pairing (a size-1 dim kept, a 3-D store) is the one ptxas fits
+    in 128 registers ([2, 8, NT] with 2-D sums spilled 148 B; the reshape of the mma accumulator goes through
+    shared memory either way: tiling's split_layout takes blocked layouts only)."""
+    acc = acc.reshape((2, 8, 1, acc.shape[1]))
+    is_gate = (mt.arange(0, 2) == 0)[:, None, None, None]
+    gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=0)
+    up = mt.sum(mt.where(is_gate, 0.0, acc), axis=0)
+    h = gate * mt.sigmoid(gate) * up
+    mt.store(h_ptr + pair[None, None, :] * I + neuron[:, None, None], h.to(mt.bfloat16),
+             mask=(neuron < I)[:, None, None] & pair_ok[None, None, :])
+
+
+@mt.func
+def store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D):
+    """down's epilogue: each live pair's weighted contribution, part[pair % topk, pair // topk, d] (written once)."""
+    weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
+    slot_row = ((pair % topk).to(mt.int64) * batch + pair // topk) * D
+    mt.store(part_ptr + slot_row[None, :] + d[:, None], acc * weight[None, :], mask=row_ok[:, None] & pair_ok[None, :])
+
+
+@mt.func
+def rows_v7(expert, w_row, row_ok, expert_rows, sw_ptr, tile_words, steps, lane, row_blocks):
+    """XITEM: an item's tile rows as word offsets (dead rows: row 0) and its scale words' pointers."""
+    q_row = mt.where(row_ok, expert * expert_rows + w_row, 0) * (row_blocks * 4)
+    return q_row, sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
+
+
 @mt.kernel
 def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, sw_ptr, h_ptr,
                       n_pairs, topk, D, I, row_blocks,
                       NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
-                      UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", VPF: mt.constexpr = False):
+                      UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", VPF: mt.constexpr = False,
+                      XITEM: mt.constexpr = False):
     """h[p, i] = bf16(silu(gate_i . x_b) * (up_i . x_b)), b = p // topk, on the v7 layout: program (i, s) owns
     neurons 8 i .. 8 i + 7 (tile rows g: gate, g + 8: up; V7_GROUP) and every num_programs(1)-th work item from
-    item s."""
+    item s. XITEM (whole steps, >= 3 of them): the next item's tables are loaded at an item's start and its first
+    three steps by the item's last refills (kloop_x_v7), so no item waits for its tables and first weights."""
     r = mt.arange(0, 16)
     local = mt.program_id(0) * 8 + r % 8
     row_ok = local < I
@@ -1326,31 +1431,47 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
         n_items = mt.load(n_items_ptr)
     else:
         n_items = n_pairs
-    for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
-        pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
-        sw_at = sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
-        v_row = (mt.where(pair_ok, pair, 0) // topk) * D
-        acc = stream_rows_v7(wq_ptr, expert * (2 * I) + w_row, row_ok, sw_at, lane, blk_ht, x_ptr, v_row, pair_ok, D,
-                             row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, VPF).reshape((2, 8, 1, NT))
-        # rows g and g + 8 (gate, up) in one thread. This form of the pairing (a size-1 dim kept, 3-D store) is
-        # the one ptxas fits in 128 registers: [2, 8, NT] with 2-D sums spilled 148 B (the reshape of the mma
-        # accumulator goes through shared memory either way: tiling's split_layout takes blocked layouts only)
-        is_gate = (mt.arange(0, 2) == 0)[:, None, None, None]
-        gate = mt.sum(mt.where(is_gate, acc, 0.0), axis=0)
-        up = mt.sum(mt.where(is_gate, 0.0, acc), axis=0)
-        h = gate * mt.sigmoid(gate) * up
-        mt.store(h_ptr + pair[None, None, :] * I + neuron[:, None, None], h.to(mt.bfloat16),
-                 mask=(neuron < I)[:, None, None] & pair_ok[None, None, :])
+    if XITEM:
+        pair, pair_ok, expert = item_v7(mt.minimum(n_items - 1, mt.program_id(1)), n_items, ids_ptr, pairs_ptr,
+                                        first_ptr, NT, DEDUP)
+        q_row, sw_at = rows_v7(expert, w_row, row_ok, 2 * I, sw_ptr, tile_words, steps, lane, row_blocks)
+        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_ptr, q_row, sw_at, lane, blk_ht, row_blocks, WCACHE)
+        if VPF:
+            prefetch_vector_v7(x_ptr, (mt.where(pair_ok, pair, 0) // topk) * D, pair_ok, D)
+        for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
+            nxt = it + mt.num_programs(1)
+            pair_n, ok_n, expert_n = item_v7(mt.minimum(n_items - 1, nxt), n_items, ids_ptr, pairs_ptr, first_ptr,
+                                             NT, DEDUP)
+            if VPF:
+                prefetch_vector_v7(x_ptr, (mt.where(ok_n, pair_n, 0) // topk) * D, ok_n & (nxt < n_items), D)
+            v_row = (mt.where(pair_ok, pair, 0) // topk) * D
+            acc, q_a, s_a, q_b, s_b, q_c, s_c = kloop_x_v7(
+                q_a, s_a, q_b, s_b, q_c, s_c, wq_ptr, q_row, sw_at, expert_n, nxt < n_items, w_row, row_ok, 2 * I,
+                sw_ptr, tile_words, steps, lane, blk_ht, x_ptr + v_row[None, :, None, None],
+                pair_ok[None, :, None, None], D, row_blocks, 16, NT, UNROLL_TAIL, WCACHE)
+            store_h_v7(acc, h_ptr, pair, pair_ok, neuron, I)
+            pair, pair_ok = pair_n, ok_n
+            q_row_n, sw_at_n = rows_v7(expert_n, w_row, row_ok, 2 * I, sw_ptr, tile_words, steps, lane, row_blocks)
+            q_row, sw_at = q_row_n, sw_at_n
+    else:
+        for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
+            pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
+            sw_at = sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
+            v_row = (mt.where(pair_ok, pair, 0) // topk) * D
+            acc = stream_rows_v7(wq_ptr, expert * (2 * I) + w_row, row_ok, sw_at, lane, blk_ht, x_ptr, v_row,
+                                 pair_ok, D, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, VPF)
+            store_h_v7(acc, h_ptr, pair, pair_ok, neuron, I)
 
 
 @mt.kernel
 def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, sw_ptr, part_ptr,
                    n_pairs, topk, batch, D, I, row_blocks,
                    NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
-                   UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", VPF: mt.constexpr = False):
+                   UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", VPF: mt.constexpr = False,
+                   XITEM: mt.constexpr = False):
     """part[j, b, d] = w[b, j] * (W2[e_bj, d] . h[b * topk + j]) (fp32 [topk, batch, D]) for every routed pair,
     on the v7 layout (program (i, s): rows d = 8 i + g and half + 8 i + g, every num_programs(1)-th item from s);
-    sum_slots_kernel then adds the topk slots of each token in order."""
+    sum_slots_kernel then adds the topk slots of each token in order. XITEM: as gate_up_kernel_v7's."""
     half = (D + 1) // 2
     r = mt.arange(0, 16)
     local = mt.program_id(0) * 8 + r % 8
@@ -1364,16 +1485,34 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
         n_items = mt.load(n_items_ptr)
     else:
         n_items = n_pairs
-    for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
-        pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
-        sw_at = sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
-        acc = stream_rows_v7(wq_ptr, expert * D + d, row_ok, sw_at, lane, blk_ht, h_ptr,
-                             mt.where(pair_ok, pair, 0) * I, pair_ok, I, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL,
-                             WCACHE, VPF)
-        weight = mt.load(wts_ptr + pair, mask=pair_ok, other=0.0)
-        slot_row = ((pair % topk).to(mt.int64) * batch + pair // topk) * D
-        mt.store(part_ptr + slot_row[None, :] + d[:, None], acc * weight[None, :],
-                 mask=row_ok[:, None] & pair_ok[None, :])
+    if XITEM:
+        pair, pair_ok, expert = item_v7(mt.minimum(n_items - 1, mt.program_id(1)), n_items, ids_ptr, pairs_ptr,
+                                        first_ptr, NT, DEDUP)
+        q_row, sw_at = rows_v7(expert, d, row_ok, D, sw_ptr, tile_words, steps, lane, row_blocks)
+        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_ptr, q_row, sw_at, lane, blk_ht, row_blocks, WCACHE)
+        if VPF:
+            prefetch_vector_v7(h_ptr, mt.where(pair_ok, pair, 0) * I, pair_ok, I)
+        for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
+            nxt = it + mt.num_programs(1)
+            pair_n, ok_n, expert_n = item_v7(mt.minimum(n_items - 1, nxt), n_items, ids_ptr, pairs_ptr, first_ptr,
+                                             NT, DEDUP)
+            if VPF:
+                prefetch_vector_v7(h_ptr, mt.where(ok_n, pair_n, 0) * I, ok_n & (nxt < n_items), I)
+            acc, q_a, s_a, q_b, s_b, q_c, s_c = kloop_x_v7(
+                q_a, s_a, q_b, s_b, q_c, s_c, wq_ptr, q_row, sw_at, expert_n, nxt < n_items, d, row_ok, D, sw_ptr,
+                tile_words, steps, lane, blk_ht, h_ptr + (mt.where(pair_ok, pair, 0) * I)[None, :, None, None],
+                pair_ok[None, :, None, None], I, row_blocks, 16, NT, UNROLL_TAIL, WCACHE)
+            store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D)
+            pair, pair_ok = pair_n, ok_n
+            q_row, sw_at = rows_v7(expert_n, d, row_ok, D, sw_ptr, tile_words, steps, lane, row_blocks)
+    else:
+        for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
+            pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
+            sw_at = sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
+            acc = stream_rows_v7(wq_ptr, expert * D + d, row_ok, sw_at, lane, blk_ht, h_ptr,
+                                 mt.where(pair_ok, pair, 0) * I, pair_ok, I, row_blocks, 16, NT, FULL_STEPS,
+                                 UNROLL_TAIL, WCACHE, VPF)
+            store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D)
 
 
 @mt.kernel
@@ -1587,7 +1726,8 @@ class KernelConfig:
     layout: str = "v5"  # the PreparedExperts layout it reads; "v6": words, bias folded by the layout (LAYOUT6)
     # "v7": gate_up_kernel_v7 / down_kernel_v7 (scale words, h in bf16)
     wcache: str = ""  # v7: the weight loads' cache operator (mt.load cache_modifier), e.g. ".cg" (not kept in L1)
-    vpf: bool = False  # v7: the next step's vector lines prefetched into L1 (mt.prefetch) in each step
+    vpf: bool = False  # v7: each item's vector rows prefetched into L1 (mt.prefetch) at its start
+    xitem: bool = False  # v7, whole steps (>= 3): the next item's tables and first 3 steps loaded during this item
     routing: str = "torch"  # moe_decode's routing for this variant: "torch" (torch.sort + route_items_kernel; B = 1
     # tables of one pair per item) or "dsl" (route_sort_kernel, one launch; B = 1: items are the pairs, no tables)
 
@@ -1695,8 +1835,8 @@ def _check_config(config: KernelConfig) -> None:
                                       and not config.v_masked and config.fold_bias is not False):
         raise ValueError("config.layout 'v7' is the v7 kernels' (mt.dot, words, 16 rows, 8 blocks a step, two "
                          "steps prefetched, h in bf16)")
-    if (config.wcache or config.vpf) and config.layout != "v7":
-        raise ValueError("config.wcache and config.vpf are options of the v7 kernels")
+    if (config.wcache or config.vpf or config.xitem) and config.layout != "v7":
+        raise ValueError("config.wcache, config.vpf and config.xitem are options of the v7 kernels")
     if config.routing not in ("torch", "dsl"):
         raise ValueError(f"config.routing must be 'torch' or 'dsl', got {config.routing!r}")
 
@@ -1760,8 +1900,10 @@ def _dot_meta(w: PreparedExperts, config: KernelConfig) -> dict:
 
 def _v7_meta(w: PreparedExperts, config: KernelConfig, group: int, dedup: bool) -> dict:
     _fold_bias(w, config)  # the layout check
-    return dict(NT=group, DEDUP=dedup, FULL_STEPS=_full_steps(w, config), UNROLL_TAIL=_unroll_tail(w, config),
-                WCACHE=config.wcache, VPF=config.vpf, num_warps=1)
+    tail = _unroll_tail(w, config)
+    xitem = config.xitem and tail >= 0 and w.row_blocks >= 3 * config.blocks
+    return dict(NT=group, DEDUP=dedup, FULL_STEPS=_full_steps(w, config), UNROLL_TAIL=tail, WCACHE=config.wcache,
+                VPF=config.vpf, XITEM=xitem, num_warps=1)
 
 
 def gate_up_launch(w13: PreparedExperts, config: KernelConfig, group: int, dedup: bool, parts: bool

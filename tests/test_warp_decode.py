@@ -944,20 +944,25 @@ def test_route_sort_kernel_is_make_routing(interpret: None, monkeypatch: pytest.
 
 
 V7_PROBLEMS = [  # (B, D, I, E, k, seed, ids): the routing / loop forms the v7 kernels take
-    (1, 768, 64, 4, 3, 81, None),  # B = 1: items are the pairs (no tables); gate_up 3 whole steps, down 1 (tail)
+    (1, 768, 64, 4, 3, 81, None),  # B = 1: items are the pairs (no tables); gate_up 3 whole steps (XITEM with no
+    # tail), down 1 masked step
     (5, 70, 38, 5, 2, 82, None),  # partial blocks, masked steps (the rotating loop), odd D: half = 35
     (12, 256, 48, 6, 2, 83, "shared"),  # 24 pairs on 3 experts (items split), a token routing an expert twice
 ]
+V7_XITEM_PROBLEM = (2, 1280, 1024, 3, 2, 86, None)  # XITEM with gate_up 5 steps (tail 2), down 4 (tail 1)
 
 
-@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_cg_vpf"])
+@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf"])
 def test_v7_kernels(interpret: None, variant: str) -> None:
     """The v7 kernels (scale words carried with the weights, gate / up in one thread, per-pair contributions
-    summed by slot, the DSL routing) against float64 within H16_BOUND and against the v6 kernels on the same
-    weights (v7 experts read as v6): h is the same dots in the same order, so with k = 2 (two terms per token,
-    whose sum does not depend on the order) the outputs are bit-identical, and within 1e-6 at k = 3; forced item
-    splits change nothing (each pair's contribution is written once); the bf16 output is round(fp32)."""
-    for B, D, I, E, k, seed, ids in V7_PROBLEMS:
+    summed by slot, the DSL routing; _x_cg_vpf: the next item's tables and first steps loaded during an item,
+    .cg weight loads, the vector rows prefetched into L1) against float64 within H16_BOUND and against the v6
+    kernels on the same weights (v7 experts read as v6): h is the same dots in the same order, so with k = 2 (two
+    terms per token, whose sum does not depend on the order) the outputs are bit-identical, and within 1e-6 at
+    k = 3; forced item splits change nothing (each pair's contribution is written once); the bf16 output is
+    round(fp32). The interpreter runs one split: every item of a tile in one program, one after another."""
+    xitem = "_x" in variant
+    for B, D, I, E, k, seed, ids in V7_PROBLEMS + ([V7_XITEM_PROBLEM] if xitem else []):
         gen = torch.Generator().manual_seed(seed)
         routed = None
         if ids == "shared":
@@ -970,6 +975,11 @@ def test_v7_kernels(interpret: None, variant: str) -> None:
         assert rel_err(out, ref) <= H16_BOUND
         v6 = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v6_u3c")
         assert torch.equal(out, v6) if k == 2 else rel_err(out, v6) <= 1e-6
+        if (B, D) == V7_XITEM_PROBLEM[:2]:
+            metas = [wd._v7_meta(w, wd.pick_config(w.row_blocks, 4, True, variant, kind), 8, True)
+                     for w, kind in ((w13, "gate_up"), (w2, "down"))]
+            assert [(m["XITEM"], m["UNROLL_TAIL"]) for m in metas] == [(True, 2), (True, 1)]
+            continue
         bf16 = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant=variant)
         assert torch.equal(bf16, out.to(torch.bfloat16))
         if B == 12:
@@ -1004,14 +1014,14 @@ def test_v7_defaults_and_checks(interpret: None) -> None:
 
 def test_v7_kernels_replayed_as_ptx(monkeypatch: pytest.MonkeyPatch) -> None:
     """The v7 kernels compiled to PTX and replayed in the simulator equal the interpreter: gate_up (B = 2, the
-    DSL routing's tables, 3 whole steps: the unrolled loop, scale words carried, the in-thread gate / up
-    pairing), down (K = 48: a partial block, the rotating loop, per-pair contributions), with the L1 prefetch and
-    the .cg weight loads (v7_u3c_cg_vpf); the scale words are loaded once per step (one ld.global.b32 a step) and
-    no ldmatrix or shared memory is left in the K loops."""
+    DSL routing's tables, 3 whole steps: XITEM, the next item's tables and steps loaded by the last refills,
+    scale words carried, the in-thread gate / up pairing), down (K = 48: a partial block, the rotating loop,
+    per-pair contributions), with the L1 prefetch and the .cg weight loads (v7_u3c_x_cg_vpf); the scale words are
+    loaded once per step (one ld.global.b32 a step) and no ldmatrix or shared memory is left in the K loops."""
     helpers = pytest.importorskip("ptx_helpers")
     from minitriton.ir.types import PointerType, ScalarType
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
-    D, I, variant = 768, 48, "v7_u3c_cg_vpf"
+    D, I, variant = 768, 48, "v7_u3c_x_cg_vpf"
     p = Problem(2, D=D, I=I, E=3, k=2, seed=85)
     w13, w2 = p.prepare("v7")
     routing, _ = wd.plan_routing(p.ids, p.weights, method="dsl", num_experts=3)
