@@ -163,7 +163,7 @@ V6_BF16_H_VARIANT, V6_FP32_H_VARIANT = "v6_u3c", "v6_u3c_fp32h"
 # On experts in the v7 layout: the v7 kernels (h in bf16; with h_precision="fp32" the v6 fp32-h kernels, which read
 # v7 experts as v6). What prepare_experts(layout="auto") gives: "v6" until the v7 kernels are measured; switching the
 # default to v7 is this one line (AUTO_LAYOUT = "v7").
-V7_BF16_H_VARIANT = "v7_u3c"
+V7_BF16_H_VARIANT = "v7_u3c_x_cg_vpf"  # the predicted best of the v7 family (not measured yet)
 AUTO_LAYOUT = "v6"
 
 
@@ -1582,7 +1582,7 @@ def route_sort_kernel(ids_ptr, scratch_ptr, pairs_ptr, first_ptr, n_items_ptr, n
     ok = ok & (expert >= 0) & (expert < n_experts)  # stray ids touch no memory (their items are garbage)
     rank_any = mt.atomic_add(scratch_ptr + expert, mt.full((BLOCK,), 1, mt.int32), mask=ok)
     mt.barrier()
-    counts = mt.load(scratch_ptr + e_all, mask=e_ok, other=0)
+    counts = mt.load(scratch_ptr + e_all, mask=e_ok, other=0, cache_modifier=".cg")  # the scratch: from L2
     start = mt.cumsum(counts, axis=0) - counts
     items = (counts + (GROUP - 1)) // GROUP
     item_start = mt.cumsum(items, axis=0) - items
@@ -1591,17 +1591,18 @@ def route_sort_kernel(ids_ptr, scratch_ptr, pairs_ptr, first_ptr, n_items_ptr, n
     mt.store(scratch_ptr + EBLOCK + e_all, start, mask=e_ok)
     mt.store(scratch_ptr + 2 * EBLOCK + e_all, item_start, mask=e_ok)
     mt.barrier()
-    my_start = mt.load(scratch_ptr + EBLOCK + expert, mask=ok, other=0)
+    my_start = mt.load(scratch_ptr + EBLOCK + expert, mask=ok, other=0, cache_modifier=".cg")
     mt.store(scratch_ptr + 3 * EBLOCK + my_start + rank_any, q, mask=ok)
     mt.barrier()
-    my_count = mt.load(scratch_ptr + expert, mask=ok, other=0)
+    my_count = mt.load(scratch_ptr + expert, mask=ok, other=0, cache_modifier=".cg")
     rank = mt.zeros((BLOCK,), mt.int32)
     for i in range(0, longest):
-        other = mt.load(scratch_ptr + 3 * EBLOCK + my_start + i, mask=ok & (i < my_count), other=BLOCK)
+        other = mt.load(scratch_ptr + 3 * EBLOCK + my_start + i, mask=ok & (i < my_count), other=BLOCK,
+                        cache_modifier=".cg")
         rank += (other < q).to(mt.int32)
     pos = my_start + rank
     mt.store(pairs_ptr + pos, q, mask=ok)
-    item = mt.load(scratch_ptr + 2 * EBLOCK + expert, mask=ok, other=0) + rank // GROUP
+    item = mt.load(scratch_ptr + 2 * EBLOCK + expert, mask=ok, other=0, cache_modifier=".cg") + rank // GROUP
     mt.store(first_ptr + item, pos, mask=ok & (rank % GROUP == 0))
     mt.store(first_ptr + n_items, n_pairs)
     mt.store(n_items_ptr, n_items)

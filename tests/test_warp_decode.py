@@ -995,13 +995,14 @@ def test_v7_defaults_and_checks(interpret: None) -> None:
     """v7 experts run the v7 kernels by default (AUTO_LAYOUT still gives v6: switching the default is that one
     constant), the v6 variants read them as v6, the v7 variant with the torch routing equals the DSL one, and the
     v7 configs refuse what the kernels do not do."""
-    assert wd.default_variant(4, "bf16", "v7") == wd.V7_BF16_H_VARIANT == "v7_u3c" and wd.AUTO_LAYOUT == "v6"
+    assert wd.default_variant(4, "bf16", "v7") == wd.V7_BF16_H_VARIANT in wd.V7_VARIANTS and wd.AUTO_LAYOUT == "v6"
     assert wd.default_variant(4, "fp32", "v7") == "v6_u3c_fp32h" and wd.V7_VARIANTS <= wd.H16_VARIANTS
     p = Problem(3, D=256, I=32, E=4, k=2, seed=84)
     w13, w2 = p.prepare("v7")
-    out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32)
+    out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v7_u3c")
     assert torch.equal(out, wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32,
                                           variant="v7_u3c_ts"))
+    assert torch.equal(out, wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32))  # the default
     fp32_h = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, h_precision="fp32")
     assert rel_err(fp32_h, p.reference()[0]) <= BOUND_DOT
     config = wd.pick_config(w13.row_blocks, 6, True, "v7_u3c")

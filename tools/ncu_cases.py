@@ -78,6 +78,11 @@ CASES: dict[str, Callable[[], Call]] = {
     "warp_b1": lambda: warp_decode(1),
     "warp_b16": lambda: warp_decode(16),
     "warp_b16_h16": lambda: warp_decode(16, "v5_p2_lb_h16"),
+    # the v7 kernels (2026-12-01 late): scale words carried, per-pair down, DSL routing; _x: cross-item prefetch
+    "warp_b1_v7": lambda: warp_decode(1, "v7_u3c"),
+    "warp_b1_v7x": lambda: warp_decode(1, "v7_u3c_x_cg_vpf"),
+    "warp_b16_v7": lambda: warp_decode(16, "v7_u3c"),
+    "warp_b16_v7x": lambda: warp_decode(16, "v7_u3c_x_cg_vpf"),
     "kda_k0": lambda: kda_decode(0, 0),
     "kda_k7": lambda: kda_decode(7, 7),
     "kda_scratch_k7": lambda: kda_decode(7, 7, "stream_scratch_vc64"),

@@ -5,6 +5,7 @@ triton_kernels when it is there, at K3 shapes (D 3584, I 3072, E 896, top-16), i
     python tools/warp_decode_ab.py --sass        # no GPU: SASS per weight and registers of each variant's K loop
     python tools/warp_decode_ab.py --sass --variants v5_p2_lb_h16_u3c,v6_u3c [--batches 16,64]
                                                  # the same for named variants, compiled as moe_decode launches them
+    python tools/warp_decode_ab.py --graph --variants v6_u3c,v7_u3c,v7_u3c_x_cg_vpf   # CUDA-graph replays
 
 Per batch it first checks every variant against dequantize-then-matmul (bf16 torch math on the exact weights:
 rel_err <= CHECK_BOUND) and against the v3 variant (fp32 outputs: rel_err <= AGREE_BOUND); a variant that fails is
