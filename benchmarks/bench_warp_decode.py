@@ -141,8 +141,9 @@ def ours_kernels(layer: Layer) -> Callable[..., Callable[[], torch.Tensor]]:
     w2 = wd.prepare_experts(layer.w2_blocks, layer.w2_scales)
 
     def make(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> Callable[[], torch.Tensor]:
-        routing, use_dot = wd.plan_routing(ids, weights)
-        variant = wd.default_variant(routing.batch, "bf16", w13.layout)  # what moe_decode runs on these experts
+        variant = wd.default_variant(ids.shape[0], "bf16", w13.layout)  # what moe_decode runs on these experts
+        method = wd.DOT_VARIANTS[variant][0].get("routing", "torch")  # and its routing (v7: the DSL kernel)
+        routing, use_dot = wd.plan_routing(ids, weights, method=method, num_experts=w13.num_experts)
         c13 = wd.pick_config(w13.row_blocks, routing.n_pairs, use_dot, variant)
         c2 = wd.pick_config(w2.row_blocks, routing.n_pairs, use_dot, variant, "down")
         return lambda: wd.down(wd.gate_up(x, routing, w13, c13, parts=use_dot), routing, w2, torch.bfloat16, c2)
