@@ -131,9 +131,12 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     # the next item's tables and first three steps loaded during the current item (no per-item prologue wait)
     "v7_u3c_x": (dict(_V7, xitem=True), dict(_V7, xitem=True)),
     "v7_u3c_x_cg_vpf": (dict(_V7, xitem=True, wcache=".cg", vpf=True), dict(_V7, xitem=True, wcache=".cg", vpf=True)),
-    # the same without the 128-register cap (no spills: gate_up 157 registers, 12 resident warps per SM; down 160, 12)
+    # the same without the 128-register cap (no spills; gate_up 128 registers at B > 1, 158 at B = 1 (12 resident
+    # warps per SM); down 161: 12 warps per SM), and with only down uncapped (gate_up capped: 16 warps at B = 1)
     "v7_x_cg_vpf": (dict(_V7, xitem=True, wcache=".cg", vpf=True, min_blocks=None),
                     dict(_V7, xitem=True, wcache=".cg", vpf=True, min_blocks=None)),
+    "v7_xd_cg_vpf": (dict(_V7, xitem=True, wcache=".cg", vpf=True),
+                     dict(_V7, xitem=True, wcache=".cg", vpf=True, min_blocks=None)),
 }
 H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
 # The weight layout (PreparedExperts.layout) each variant reads: prepare_experts(..., layout=variant_layout(name)).
@@ -1195,17 +1198,19 @@ def scale_pairs_v7(sw, ROWS, H):
 
 
 @mt.func
-def load_step_v7(wq_ptr, q_row, live1, sw_at, lane, kb, blk_ht, j, row_blocks, FULL_STEPS, WCACHE):
+def load_step_v7(wq_e, q_off, live1, sw_e, lane, kb, blk_ht, j, row_blocks, FULL_STEPS, WCACHE):
     """The weight words [H, R, 4, 4] of blocks kb + blk_ht and the step's scale words [8, 4] (kb a multiple of
-    V7_STEP; FULL_STEPS: the callers keep kb inside the row, else steps past the row's end read zeros)."""
-    at = wq_ptr + q_row[None, :, None, None] + ((kb + blk_ht) * 4)[:, None, :, None] + j[None, None, None, :]
+    V7_STEP; FULL_STEPS: the callers keep kb inside the row, else steps past the row's end read zeros). wq_e /
+    sw_e: the item's expert (its words, its tile's scale words), scalars; q_off (i32 [R]): the tile rows' word
+    offsets in an expert, the same for every item (a scalar base per item instead of 64-bit row pointers)."""
+    at = wq_e + (q_off[None, :, None, None] + ((kb + blk_ht) * 4)[:, None, :, None] + j[None, None, None, :])
     if FULL_STEPS:
         q = mt.load(at, cache_modifier=WCACHE)
-        sw = mt.load(sw_at + kb * 4)
+        sw = mt.load(sw_e + (lane + kb * 4))
     else:
         ok = live1[None, :, None, None] & ((kb + blk_ht) < row_blocks)[:, None, :, None]
         q = mt.load(at, mask=ok, other=0, cache_modifier=WCACHE)
-        sw = mt.load(sw_at + kb * 4, mask=(lane >= 0) & (kb < row_blocks), other=0)
+        sw = mt.load(sw_e + (lane + kb * 4), mask=(lane >= 0) & (kb < row_blocks), other=0)
     return q, sw
 
 
@@ -1251,18 +1256,16 @@ def step_v7(acc, q, sw, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS):
 
 
 @mt.func
-def stream_rows_v7(wq_ptr, row1, live1, sw_at, lane, blk_ht, v_ptr, v_row, v_ok, K, row_blocks, ROWS, NT,
+def stream_rows_v7(wq_e, q_off, live1, sw_e, lane, blk_ht, v_ptr, v_row, v_ok, K, row_blocks, ROWS, NT,
                    FULL_STEPS, UNROLL_TAIL, WCACHE, VPF):
-    """acc [ROWS, NT] = W[row1] . v[v_row + k] over the row's K (v7: words in the v6 layout, scale words sw_at +
-    32 per step): two steps of weights and scale words in flight, the K loop unrolled by 3 on whole steps
-    (UNROLL_TAIL = steps % 3 after it), else a rotating loop (masked steps). The vector's row pointers and masks
-    are expanded here, once per item, so their layout conversions stay out of the K loop."""
+    """acc [ROWS, NT] = W[rows] . v[v_row + k] over the row's K (v7: words in the v6 layout from wq_e + q_off,
+    scale words sw_e + 32 per step; see load_step_v7): two steps of weights and scale words in flight, the K loop
+    unrolled by 3 on whole steps (UNROLL_TAIL = steps % 3 after it), else a rotating loop (masked steps). The
+    vector's row pointers and masks are expanded here, once per item, so their layout conversions stay out of
+    the K loop."""
     H = 2
     B = 8  # blocks per step
-    if FULL_STEPS:  # dead rows read row 0 (their results are never stored): no load masks
-        row1 = mt.where(live1, row1, 0)
     j = mt.arange(0, 4)
-    q_row = row1 * (row_blocks * 4)
     vb = v_ptr + v_row[None, :, None, None]
     vk = v_ok[None, :, None, None]
     k_ht = (blk_ht * 32)[:, None, :, None] + mt.arange(0, 8)[None, None, None, :]
@@ -1271,20 +1274,20 @@ def stream_rows_v7(wq_ptr, row1, live1, sw_at, lane, blk_ht, v_ptr, v_row, v_ok,
     acc = mt.zeros((ROWS, NT), mt.float32)
     if UNROLL_TAIL >= 0:
         last = row_blocks - B
-        q_a, s_a = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE)
-        q_b, s_b = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(B, last), blk_ht, j, row_blocks,
+        q_a, s_a = load_step_v7(wq_e, q_off, live1, sw_e, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE)
+        q_b, s_b = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(B, last), blk_ht, j, row_blocks,
                                 FULL_STEPS, WCACHE)
-        q_c, s_c = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(2 * B, last), blk_ht, j, row_blocks,
+        q_c, s_c = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(2 * B, last), blk_ht, j, row_blocks,
                                 FULL_STEPS, WCACHE)
         for kb in range(0, row_blocks - UNROLL_TAIL * B, 3 * B):
             acc = step_v7(acc, q_a, s_a, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS)
-            q_a, s_a = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(kb + 3 * B, last), blk_ht, j,
+            q_a, s_a = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(kb + 3 * B, last), blk_ht, j,
                                     row_blocks, FULL_STEPS, WCACHE)
             acc = step_v7(acc, q_b, s_b, vb, vk, kb + B, k_ht, K, ROWS, NT, H, FULL_STEPS)
-            q_b, s_b = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(kb + 4 * B, last), blk_ht, j,
+            q_b, s_b = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(kb + 4 * B, last), blk_ht, j,
                                     row_blocks, FULL_STEPS, WCACHE)
             acc = step_v7(acc, q_c, s_c, vb, vk, kb + 2 * B, k_ht, K, ROWS, NT, H, FULL_STEPS)
-            q_c, s_c = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, mt.minimum(kb + 5 * B, last), blk_ht, j,
+            q_c, s_c = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(kb + 5 * B, last), blk_ht, j,
                                     row_blocks, FULL_STEPS, WCACHE)
         tail = row_blocks - UNROLL_TAIL * B
         if UNROLL_TAIL >= 1:
@@ -1292,13 +1295,13 @@ def stream_rows_v7(wq_ptr, row1, live1, sw_at, lane, blk_ht, v_ptr, v_row, v_ok,
         if UNROLL_TAIL == 2:
             acc = step_v7(acc, q_b, s_b, vb, vk, tail + B, k_ht, K, ROWS, NT, H, FULL_STEPS)
         return acc
-    q_next, s_next = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE)
-    q_next2, s_next2 = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, B, blk_ht, j, row_blocks, FULL_STEPS,
+    q_next, s_next = load_step_v7(wq_e, q_off, live1, sw_e, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE)
+    q_next2, s_next2 = load_step_v7(wq_e, q_off, live1, sw_e, lane, B, blk_ht, j, row_blocks, FULL_STEPS,
                                     WCACHE)
     for kb in range(0, row_blocks, B):
         q, s = q_next, s_next
         q_next, s_next = q_next2, s_next2
-        q_next2, s_next2 = load_step_v7(wq_ptr, q_row, live1, sw_at, lane, kb + 2 * B, blk_ht, j, row_blocks,
+        q_next2, s_next2 = load_step_v7(wq_e, q_off, live1, sw_e, lane, kb + 2 * B, blk_ht, j, row_blocks,
                                         FULL_STEPS, WCACHE)
         acc = step_v7(acc, q, s, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS)
     return acc
@@ -1312,15 +1315,14 @@ def item_v7(it0, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP):
 
 
 @mt.func
-def kloop_x_v7(q_a, s_a, q_b, s_b, q_c, s_c, wq_ptr, q_row, sw_at, expert_n, has_next, w_row, row_ok, expert_rows,
-               sw_ptr, tile_words, steps, lane, blk_ht, vb, vk, K, row_blocks, ROWS, NT, UNROLL_TAIL, WCACHE):
+def kloop_x_v7(q_a, s_a, q_b, s_b, q_c, s_c, q_off, wq_e, sw_e, wq_n, sw_n, lane, blk_ht, vb, vk, K, row_blocks,
+               ROWS, NT, UNROLL_TAIL, WCACHE):
     """The K loop of XITEM (whole steps, >= 3 of them): q_a .. s_c hold this item's first three steps (loaded by
     the previous item); the loop is unrolled by 3 with its last iteration peeled, so only the peeled iteration and
-    the tail refill from the next item (rows q_row_n / scale words sw_at_n, its steps 0, 1, 2), nine or more
-    steps after the item's start: the next item's tables, loaded then, are waited for only there (its rows
-    are computed there too, from expert_n: less state live through the loop). Without a next item (has_next
-    false) those refills read this item's first steps again (L2 hits). Returns the accumulator and the next
-    item's first three steps in order (the buffers rotate by steps % 3)."""
+    the tail refill from the next item (its expert's words wq_n / scale words sw_n, its steps 0, 1, 2), nine or
+    more steps after the item's start: the next item's tables, loaded then, are waited for only there. Without a
+    next item the caller passes this item's bases (those refills read its first steps again: L2 hits). Returns
+    the accumulator and the next item's first three steps in order (the buffers rotate by steps % 3)."""
     H = 2
     B = 8
     j = mt.arange(0, 4)
@@ -1329,38 +1331,35 @@ def kloop_x_v7(q_a, s_a, q_b, s_b, q_c, s_c, wq_ptr, q_row, sw_at, expert_n, has
     peel = row_blocks - UNROLL_TAIL * B - 3 * B  # the last unrolled iteration's first block
     for kb in range(0, peel, 3 * B):
         acc = step_v7(acc, q_a, s_a, vb, vk, kb, k_ht, K, ROWS, NT, H, True)
-        q_a, s_a = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, kb + 3 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 3 * B, blk_ht, j, row_blocks, True, WCACHE)
         acc = step_v7(acc, q_b, s_b, vb, vk, kb + B, k_ht, K, ROWS, NT, H, True)
-        q_b, s_b = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, kb + 4 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 4 * B, blk_ht, j, row_blocks, True, WCACHE)
         acc = step_v7(acc, q_c, s_c, vb, vk, kb + 2 * B, k_ht, K, ROWS, NT, H, True)
-        q_c, s_c = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, kb + 5 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_c, s_c = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 5 * B, blk_ht, j, row_blocks, True, WCACHE)
     # the peeled iteration: refill i loads stream step (steps - UNROLL_TAIL + i): this item's while i < UNROLL_TAIL,
     # else the next item's step i - UNROLL_TAIL
-    q_row_n, sw_at_n = rows_v7(expert_n, w_row, row_ok, expert_rows, sw_ptr, tile_words, steps, lane, row_blocks)
-    q_row_n = mt.where(has_next, q_row_n, q_row)
-    sw_at_n = mt.where(has_next, sw_at_n, sw_at)
     acc = step_v7(acc, q_a, s_a, vb, vk, peel, k_ht, K, ROWS, NT, H, True)
     if UNROLL_TAIL >= 1:
-        q_a, s_a = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, peel + 3 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, peel + 3 * B, blk_ht, j, row_blocks, True, WCACHE)
     else:
-        q_a, s_a = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, 0, blk_ht, j, row_blocks, True, WCACHE)
+        q_a, s_a = load_step_v7(wq_n, q_off, lane, sw_n, lane, 0, blk_ht, j, row_blocks, True, WCACHE)
     acc = step_v7(acc, q_b, s_b, vb, vk, peel + B, k_ht, K, ROWS, NT, H, True)
     if UNROLL_TAIL == 2:
-        q_b, s_b = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, peel + 4 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, peel + 4 * B, blk_ht, j, row_blocks, True, WCACHE)
     else:
-        q_b, s_b = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, (1 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
+        q_b, s_b = load_step_v7(wq_n, q_off, lane, sw_n, lane, (1 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
                                 True, WCACHE)
     acc = step_v7(acc, q_c, s_c, vb, vk, peel + 2 * B, k_ht, K, ROWS, NT, H, True)
-    q_c, s_c = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, (2 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
+    q_c, s_c = load_step_v7(wq_n, q_off, lane, sw_n, lane, (2 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
                             True, WCACHE)
     tail = row_blocks - UNROLL_TAIL * B
     if UNROLL_TAIL >= 1:
         acc = step_v7(acc, q_a, s_a, vb, vk, tail, k_ht, K, ROWS, NT, H, True)
-        q_a, s_a = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, (3 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
+        q_a, s_a = load_step_v7(wq_n, q_off, lane, sw_n, lane, (3 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
                                 True, WCACHE)
     if UNROLL_TAIL == 2:
         acc = step_v7(acc, q_b, s_b, vb, vk, tail + B, k_ht, K, ROWS, NT, H, True)
-        q_b, s_b = load_step_v7(wq_ptr, q_row_n, lane, sw_at_n, lane, 2 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_b, s_b = load_step_v7(wq_n, q_off, lane, sw_n, lane, 2 * B, blk_ht, j, row_blocks, True, WCACHE)
     if UNROLL_TAIL == 1:
         q_a, s_a, q_b, s_b, q_c, s_c = q_b, s_b, q_c, s_c, q_a, s_a
     if UNROLL_TAIL == 2:
@@ -1369,12 +1368,12 @@ def kloop_x_v7(q_a, s_a, q_b, s_b, q_c, s_c, wq_ptr, q_row, sw_at, expert_n, has
 
 
 @mt.func
-def first_steps_v7(wq_ptr, q_row, sw_at, lane, blk_ht, row_blocks, WCACHE):
+def first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE):
     """XITEM: the first item's steps 0, 1, 2 (before the item loop)."""
     j = mt.arange(0, 4)
-    q_a, s_a = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, 0, blk_ht, j, row_blocks, True, WCACHE)
-    q_b, s_b = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, 8, blk_ht, j, row_blocks, True, WCACHE)
-    q_c, s_c = load_step_v7(wq_ptr, q_row, lane, sw_at, lane, 16, blk_ht, j, row_blocks, True, WCACHE)
+    q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, 0, blk_ht, j, row_blocks, True, WCACHE)
+    q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, 8, blk_ht, j, row_blocks, True, WCACHE)
+    q_c, s_c = load_step_v7(wq_e, q_off, lane, sw_e, lane, 16, blk_ht, j, row_blocks, True, WCACHE)
     return q_a, s_a, q_b, s_b, q_c, s_c
 
 
@@ -1402,10 +1401,10 @@ def store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch,
 
 
 @mt.func
-def rows_v7(expert, w_row, row_ok, expert_rows, sw_ptr, tile_words, steps, lane, row_blocks):
-    """XITEM: an item's tile rows as word offsets (dead rows: row 0) and its scale words' pointers."""
-    q_row = mt.where(row_ok, expert * expert_rows + w_row, 0) * (row_blocks * 4)
-    return q_row, sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
+def bases_v7(expert, wq_ptr, sw_ptr, expert_rows, row_blocks, tile_words, steps):
+    """An item's scalar bases: its expert's weight words, and the scale words of this program's tile of it."""
+    return (wq_ptr + expert * (expert_rows * row_blocks * 4),
+            sw_ptr + (expert * tile_words + mt.program_id(0) * (steps * 32)))
 
 
 @mt.kernel
@@ -1421,7 +1420,7 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
     r = mt.arange(0, 16)
     local = mt.program_id(0) * 8 + r % 8
     row_ok = local < I
-    w_row = (r // 8) * I + local
+    q_off = mt.where(row_ok, (r // 8) * I + local, 0) * (row_blocks * 4)  # word offsets in an expert (dead: row 0)
     neuron = mt.program_id(0) * 8 + mt.arange(0, 8)
     steps = (row_blocks + 7) // 8
     tile_words = ((I + 7) // 8) * steps * 32  # scale words of one expert
@@ -1434,8 +1433,8 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
     if XITEM:
         pair, pair_ok, expert = item_v7(mt.minimum(n_items - 1, mt.program_id(1)), n_items, ids_ptr, pairs_ptr,
                                         first_ptr, NT, DEDUP)
-        q_row, sw_at = rows_v7(expert, w_row, row_ok, 2 * I, sw_ptr, tile_words, steps, lane, row_blocks)
-        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_ptr, q_row, sw_at, lane, blk_ht, row_blocks, WCACHE)
+        wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, 2 * I, row_blocks, tile_words, steps)
+        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE)
         if VPF:
             prefetch_vector_v7(x_ptr, (mt.where(pair_ok, pair, 0) // topk) * D, pair_ok, D)
         for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
@@ -1444,22 +1443,22 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
                                              NT, DEDUP)
             if VPF:
                 prefetch_vector_v7(x_ptr, (mt.where(ok_n, pair_n, 0) // topk) * D, ok_n & (nxt < n_items), D)
+            wq_n, sw_n = bases_v7(mt.where(nxt < n_items, expert_n, expert), wq_ptr, sw_ptr, 2 * I, row_blocks,
+                                  tile_words, steps)
             v_row = (mt.where(pair_ok, pair, 0) // topk) * D
             acc, q_a, s_a, q_b, s_b, q_c, s_c = kloop_x_v7(
-                q_a, s_a, q_b, s_b, q_c, s_c, wq_ptr, q_row, sw_at, expert_n, nxt < n_items, w_row, row_ok, 2 * I,
-                sw_ptr, tile_words, steps, lane, blk_ht, x_ptr + v_row[None, :, None, None],
-                pair_ok[None, :, None, None], D, row_blocks, 16, NT, UNROLL_TAIL, WCACHE)
+                q_a, s_a, q_b, s_b, q_c, s_c, q_off, wq_e, sw_e, wq_n, sw_n, lane, blk_ht,
+                x_ptr + v_row[None, :, None, None], pair_ok[None, :, None, None], D, row_blocks, 16, NT, UNROLL_TAIL,
+                WCACHE)
             store_h_v7(acc, h_ptr, pair, pair_ok, neuron, I)
-            pair, pair_ok = pair_n, ok_n
-            q_row_n, sw_at_n = rows_v7(expert_n, w_row, row_ok, 2 * I, sw_ptr, tile_words, steps, lane, row_blocks)
-            q_row, sw_at = q_row_n, sw_at_n
+            pair, pair_ok, expert, wq_e, sw_e = pair_n, ok_n, expert_n, wq_n, sw_n
     else:
         for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
             pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
-            sw_at = sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
+            wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, 2 * I, row_blocks, tile_words, steps)
             v_row = (mt.where(pair_ok, pair, 0) // topk) * D
-            acc = stream_rows_v7(wq_ptr, expert * (2 * I) + w_row, row_ok, sw_at, lane, blk_ht, x_ptr, v_row,
-                                 pair_ok, D, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, VPF)
+            acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, x_ptr, v_row, pair_ok, D, row_blocks, 16,
+                                 NT, FULL_STEPS, UNROLL_TAIL, WCACHE, VPF)
             store_h_v7(acc, h_ptr, pair, pair_ok, neuron, I)
 
 
@@ -1477,6 +1476,7 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
     local = mt.program_id(0) * 8 + r % 8
     d = (r // 8) * half + local
     row_ok = (local < half) & (d < D)
+    q_off = mt.where(row_ok, d, 0) * (row_blocks * 4)
     steps = (row_blocks + 7) // 8
     tile_words = ((half + 7) // 8) * steps * 32
     lane = mt.arange(0, 32).reshape((8, 4))
@@ -1488,8 +1488,8 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
     if XITEM:
         pair, pair_ok, expert = item_v7(mt.minimum(n_items - 1, mt.program_id(1)), n_items, ids_ptr, pairs_ptr,
                                         first_ptr, NT, DEDUP)
-        q_row, sw_at = rows_v7(expert, d, row_ok, D, sw_ptr, tile_words, steps, lane, row_blocks)
-        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_ptr, q_row, sw_at, lane, blk_ht, row_blocks, WCACHE)
+        wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, D, row_blocks, tile_words, steps)
+        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE)
         if VPF:
             prefetch_vector_v7(h_ptr, mt.where(pair_ok, pair, 0) * I, pair_ok, I)
         for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
@@ -1498,20 +1498,20 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
                                              NT, DEDUP)
             if VPF:
                 prefetch_vector_v7(h_ptr, mt.where(ok_n, pair_n, 0) * I, ok_n & (nxt < n_items), I)
+            wq_n, sw_n = bases_v7(mt.where(nxt < n_items, expert_n, expert), wq_ptr, sw_ptr, D, row_blocks,
+                                  tile_words, steps)
             acc, q_a, s_a, q_b, s_b, q_c, s_c = kloop_x_v7(
-                q_a, s_a, q_b, s_b, q_c, s_c, wq_ptr, q_row, sw_at, expert_n, nxt < n_items, d, row_ok, D, sw_ptr,
-                tile_words, steps, lane, blk_ht, h_ptr + (mt.where(pair_ok, pair, 0) * I)[None, :, None, None],
-                pair_ok[None, :, None, None], I, row_blocks, 16, NT, UNROLL_TAIL, WCACHE)
+                q_a, s_a, q_b, s_b, q_c, s_c, q_off, wq_e, sw_e, wq_n, sw_n, lane, blk_ht,
+                h_ptr + (mt.where(pair_ok, pair, 0) * I)[None, :, None, None], pair_ok[None, :, None, None], I,
+                row_blocks, 16, NT, UNROLL_TAIL, WCACHE)
             store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D)
-            pair, pair_ok = pair_n, ok_n
-            q_row, sw_at = rows_v7(expert_n, d, row_ok, D, sw_ptr, tile_words, steps, lane, row_blocks)
+            pair, pair_ok, expert, wq_e, sw_e = pair_n, ok_n, expert_n, wq_n, sw_n
     else:
         for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
             pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
-            sw_at = sw_ptr + expert * tile_words + mt.program_id(0) * (steps * 32) + lane
-            acc = stream_rows_v7(wq_ptr, expert * D + d, row_ok, sw_at, lane, blk_ht, h_ptr,
-                                 mt.where(pair_ok, pair, 0) * I, pair_ok, I, row_blocks, 16, NT, FULL_STEPS,
-                                 UNROLL_TAIL, WCACHE, VPF)
+            wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, D, row_blocks, tile_words, steps)
+            acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, h_ptr, mt.where(pair_ok, pair, 0) * I,
+                                 pair_ok, I, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, VPF)
             store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D)
 
 
