@@ -1955,8 +1955,16 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
             h, routing.n_pairs, routing.topk, D, I, w13.row_blocks)
     kernel, meta = gate_up_launch(w13, config, routing.group, routing.dedup, parts)
     splits = _splits(kernel, config, programs, routing, x.device, lambda: args, meta)
-    kernel[(programs, splits)](*args, **meta)
+    kernel[(programs, splits)](*args, **_one_item_no_xitem(meta, routing, splits))
     return h
+
+
+def _one_item_no_xitem(meta: dict, routing: Routing, splits: int) -> dict:
+    """XITEM only where a program can have two items (at B = 1 gate_up runs one item a program: the next item's
+    prefetch would only re-read its own first steps)."""
+    if meta.get("XITEM") and routing.n_pairs <= splits:
+        return dict(meta, XITEM=False)
+    return meta
 
 
 def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torch.dtype = torch.bfloat16,
@@ -2019,7 +2027,7 @@ def _down_v7(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: 
             _weight_operand(w2, config), w2.scale_words, part, routing.n_pairs, routing.topk, routing.batch, D, I,
             w2.row_blocks)
     splits = _splits(kernel, config, programs, routing, h.device, lambda: args, meta)
-    kernel[(programs, splits)](*args, **meta)
+    kernel[(programs, splits)](*args, **_one_item_no_xitem(meta, routing, splits))
     out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
     n = routing.batch * D
     sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=routing.topk, BLOCK=SLOTS_BLOCK, num_warps=2)
