@@ -1182,9 +1182,11 @@ for _words, _prefetch, _fold, _order in ((False, 1, False, False), (False, 1, Tr
 # - down writes each routed pair's weighted contribution once to an fp32 [topk, B, D] buffer (every element written
 #   exactly once: each pair is in one item, each item in one split), and sum_slots_kernel adds the topk slots in
 #   order: no [ROWS, BT] accumulator, no one-hot combine over BT per item (the BT = 16 / 64 spills), any split;
+# - per item a scalar base (its expert's words, its tile's scale words) and item-invariant i32 row offsets;
 # - options: the weight loads' cache operator (WCACHE, e.g. ".cg": weights do not evict x / h / scale lines from
-#   L1), the next step's vector lines prefetched into L1 (VPF: mt.prefetch, no registers), and x / h loaded one
-#   step ahead into registers (VPRE).
+#   L1), each item's vector rows prefetched into L1 at its start (VPF: mt.prefetch, no registers), and XITEM: the
+#   next item's tables loaded at an item's start and its first three steps by this item's last refills
+#   (kloop_x_v7), so items after a program's first never wait for their tables or first weights.
 
 
 @mt.func
