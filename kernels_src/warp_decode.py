@@ -1532,6 +1532,15 @@ def sum_slots_kernel(part_ptr, out_ptr, n, SLOTS: mt.constexpr, BLOCK: mt.conste
 # The same kernels capped at 128 registers (16 resident one-warp programs per SM), as the v6 defaults are.
 gate_up_kernel_v7_16 = mt.kernel(min_blocks_per_sm=16)(gate_up_kernel_v7.fn)
 down_kernel_v7_16 = mt.kernel(min_blocks_per_sm=16)(down_kernel_v7.fn)
+# K3 down at B > 1 as V7_BF16_H_VARIANT launches it (int32 pairs from route_sort_kernel, 12 steps): the AOT form
+# (tests/test_examples_ir.py round-trips its IR; gate_up's, 11 s more of CI, adds only its epilogue and tail).
+_V7_TABLES = "ids_ptr:*i32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*i32:16,sw_ptr:*i32:16"
+down_kernel_v7.specialize(
+    signature=f"h_ptr:*bf16:16,{_V7_TABLES.replace('pairs_ptr', 'wts_ptr:*fp32:16,pairs_ptr')},part_ptr:*fp32:16,"
+              "n_pairs:i32:16,topk:i32:16,batch:i32:16,D:i32:16,I:i32:16,row_blocks:i32:16", NT=8, DEDUP=True,
+    FULL_STEPS=True, UNROLL_TAIL=0, WCACHE=".cg", VPF=True, XITEM=True, num_warps=1)
+sum_slots_kernel.specialize(signature="part_ptr:*fp32:16,out_ptr:*bf16:16,n:i32:16", SLOTS=16, BLOCK=256,
+                            num_warps=2)
 
 
 # ------------------------------------------------------------------------------------------ routing
@@ -1608,6 +1617,11 @@ def route_sort_kernel(ids_ptr, scratch_ptr, pairs_ptr, first_ptr, n_items_ptr, n
     mt.store(first_ptr + item, pos, mask=ok & (rank % GROUP == 0))
     mt.store(first_ptr + n_items, n_pairs)
     mt.store(n_items_ptr, n_items)
+
+
+route_sort_kernel.specialize(signature="ids_ptr:*i32:16,scratch_ptr:*i32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,"
+                             "n_items_ptr:*i32:16,n_pairs:i32,n_experts:i32", GROUP=8, BLOCK=1024, EBLOCK=1024,
+                             num_warps=8)
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def test_prepare_experts_byte_j_holds_elements_j_and_j_plus_16() -> None:
     assert torch.equal(w.blocks[0, 0], (j % 16 | ((j + 16) % 16) << 4).to(torch.uint8))
     hf = mxfp4.pack_codes(codes).reshape(1, 1, 1, 16)  # the HF [E, N, K/32, 16] spelling
     assert torch.equal(wd.prepare_experts(hf, scale, layout="v5").blocks, w.blocks)
-    assert wd.prepare_experts(hf, scale).layout == "v6"  # "auto": every scale byte <= 128
+    assert wd.prepare_experts(hf, scale).layout == wd.AUTO_LAYOUT  # "auto": every scale byte <= 128
 
 
 def test_prepare_experts_rejects_bad_shapes() -> None:
@@ -359,7 +359,7 @@ def test_prepare_experts_v6_decodes_to_the_original(k: int) -> None:
     assert torch.equal(w.blocks.reshape(2, 5, -1, 16)[1, 2, 0], torch.zeros(16, dtype=torch.uint8))
     got, want = wd.dequantize_prepared(w), mxfp4.dequantize(b, s, k)
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
-    assert wd.prepare_experts(b, s, k, layout="auto").layout == "v6"
+    assert wd.prepare_experts(b, s, k, layout="auto").layout == wd.AUTO_LAYOUT in ("v6", "v7")
     s[0, 0, 0] = wd.FOLD_MAX_SCALE + 1
     with pytest.raises(ValueError, match="v6"):
         wd.prepare_experts(b, s, k, layout="v6")
@@ -992,10 +992,11 @@ def test_v7_kernels(interpret: None, variant: str) -> None:
 
 
 def test_v7_defaults_and_checks(interpret: None) -> None:
-    """v7 experts run the v7 kernels by default (AUTO_LAYOUT still gives v6: switching the default is that one
-    constant), the v6 variants read them as v6, the v7 variant with the torch routing equals the DSL one, and the
+    """v7 experts run the v7 kernels by default (AUTO_LAYOUT gives v6 until measured: switching the default is
+    that one constant), the v6 variants read them as v6, the v7 variant with the torch routing equals the DSL one, and the
     v7 configs refuse what the kernels do not do."""
-    assert wd.default_variant(4, "bf16", "v7") == wd.V7_BF16_H_VARIANT in wd.V7_VARIANTS and wd.AUTO_LAYOUT == "v6"
+    assert wd.default_variant(4, "bf16", "v7") == wd.V7_BF16_H_VARIANT in wd.V7_VARIANTS
+    assert wd.AUTO_LAYOUT in ("v6", "v7")  # "v7": the one-line switch of the default, once measured
     assert wd.default_variant(4, "fp32", "v7") == "v6_u3c_fp32h" and wd.V7_VARIANTS <= wd.H16_VARIANTS
     p = Problem(3, D=256, I=32, E=4, k=2, seed=84)
     w13, w2 = p.prepare("v7")
