@@ -225,6 +225,7 @@ class PreparedExperts:
     max_finite_scale: int | None = None
     layout: str = "v5"
     scale_words: torch.Tensor | None = None  # layout "v7" only: int32 [E, tiles, steps, 32] (`_scale_words`)
+    words: torch.Tensor | None = None  # layout "v7": blocks.view(torch.int32), made once (not per launch)
 
     @property
     def num_experts(self) -> int:
@@ -381,7 +382,7 @@ def with_scale_words(w: PreparedExperts, experts_per_chunk: int = 16) -> Prepare
         raise ValueError(f"the v7 layout extends v6 experts, got layout {w.layout!r}")
     words = torch.cat([_scale_words(w.scales[e0:e0 + experts_per_chunk])
                        for e0 in range(0, w.num_experts, experts_per_chunk)])
-    return PreparedExperts(w.blocks, w.scales, w.k, w.max_finite_scale, "v7", words)
+    return PreparedExperts(w.blocks, w.scales, w.k, w.max_finite_scale, "v7", words, w.blocks.view(torch.int32))
 
 
 def _pack_blocks_v6(blocks: torch.Tensor, nb: int, nan_blocks: torch.Tensor) -> torch.Tensor:
@@ -1877,7 +1878,9 @@ def _unroll_tail(w: PreparedExperts, config: KernelConfig) -> int:
 def _weight_operand(w: PreparedExperts, config: KernelConfig) -> torch.Tensor:
     """The packed weights as the kernel reads them: bytes, or (config.words) the same memory as int32 words (rows
     are whole 16-byte blocks, so every row is whole words)."""
-    return w.blocks.view(torch.int32) if config.words else w.blocks
+    if not config.words:
+        return w.blocks
+    return w.words if w.words is not None else w.blocks.view(torch.int32)
 
 
 def _fold_bias(w: PreparedExperts, config: KernelConfig) -> bool:
@@ -2029,6 +2032,55 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
     return out
 
 
+_V7_PLANS: dict[tuple, tuple] = {}  # moe_decode's v7 launch plans, per call shape (see _v7_decode)
+
+
+def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: PreparedExperts,
+               w2: PreparedExperts, variant: str, out_dtype: torch.dtype) -> torch.Tensor:
+    """moe_decode on a v7 variant with the DSL routing, with a host path of a routing, three allocations and four
+    launches at most: the checks, configs, constexprs and item splits are worked out once per call shape (the
+    key holds every property they depend on, no tensor) and replayed. The generic path spent ~90-180 us of Python
+    per call on the CPU machine (launches stubbed), more than the predicted GPU time at B = 1."""
+    B, k = topk_ids.shape
+    key = (variant, x.device, tuple(x.shape), x.dtype, x.stride(), tuple(topk_ids.shape), topk_ids.dtype,
+           topk_ids.stride(), topk_weights.dtype, topk_weights.stride(), out_dtype, w13.layout, w2.layout,
+           w13.num_experts, w13.rows, w13.k, w13.row_blocks, w2.num_experts, w2.rows, w2.k, w2.row_blocks)
+    plan = _V7_PLANS.get(key)
+    if plan is None or x.device.type == "cpu":  # CPU: the id-range check of _check_inputs runs every call
+        _check_inputs(x, topk_ids, topk_weights, w13, w2)
+    ids, weights = _flat_pairs(topk_ids, topk_weights)
+    routing = (Routing(ids, weights, ids, ids, ids, 1, k, 8, False) if B == 1
+               else dsl_routing(ids, weights, B, k, 8, w13.num_experts))
+    I, D = w13.rows // 2, w2.rows
+    h = torch.empty((routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
+    part = torch.empty((k, B, D), dtype=torch.float32, device=x.device)
+    args13 = (x, routing.ids, routing.pairs, routing.first, routing.n_items, w13.words, w13.scale_words, h,
+              routing.n_pairs, k, D, I, w13.row_blocks)
+    args2 = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.words,
+             w2.scale_words, part, routing.n_pairs, k, B, D, I, w2.row_blocks)
+    if plan is None:
+        if w13.layout != "v7" or w2.layout != "v7":
+            raise ValueError(f"variant {variant!r} reads layout 'v7'; the experts are in {w13.layout!r} "
+                             f"(prepare_experts(..., layout='v7'))")
+        launches = []
+        for w, kind, programs, args in ((w13, "gate_up", mt.cdiv(I, V7_GROUP), args13),
+                                        (w2, "down", mt.cdiv(v7_half(D), V7_GROUP), args2)):
+            config = pick_config(w.row_blocks, routing.n_pairs, True, variant, kind)
+            _check_config(config)
+            kernel, meta = (gate_up_launch(w, config, routing.group, routing.dedup, False) if kind == "gate_up"
+                            else down_launch(w, config, routing.group, routing.dedup, B, False, True))
+            splits = _splits(kernel, config, programs, routing, x.device, lambda args=args: args, meta)
+            launches.append((kernel[(programs, splits)], _one_item_no_xitem(meta, routing, splits)))
+        plan = _V7_PLANS[key] = tuple(launches)
+    (up, up_meta), (dn, dn_meta) = plan
+    up(*args13, **up_meta)
+    dn(*args2, **dn_meta)
+    out = torch.empty((B, D), dtype=out_dtype, device=x.device)
+    n = B * D
+    sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=k, BLOCK=SLOTS_BLOCK, num_warps=2)
+    return out
+
+
 def _down_v7(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torch.dtype,
              config: KernelConfig) -> torch.Tensor:
     """down on the v7 kernels: per-pair weighted contributions into fp32 [topk, B, D], then the topk slots of each
@@ -2099,6 +2151,10 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
                   (two bf16 parts, ~1e-5; about 10-20% slower). The CUDA-core path keeps h in fp32 either way.
     Returns out_dtype [B, D] = sum_j w[b, j] * W2[e] @ (silu(W13[e, :I] @ x_b) * (W13[e, I:] @ x_b)), e = ids[b, j].
     """
+    if use_dot is not False and dedup is None and isinstance(w13, PreparedExperts):  # the v7 host fast path
+        v7 = V7_BF16_H_VARIANT if variant is None and h_precision == "bf16" and w13.layout == "v7" else variant
+        if v7 in V7_VARIANTS and h_precision in H_PRECISIONS and DOT_VARIANTS[v7][0].get("routing") == "dsl":
+            return _v7_decode(x, topk_ids, topk_weights, w13, w2, v7, out_dtype)
     _check_inputs(x, topk_ids, topk_weights, w13, w2)
     if variant is not None and variant not in DOT_VARIANTS:
         raise ValueError(f"variant must be one of {sorted(DOT_VARIANTS)}, got {variant!r}")

@@ -1004,6 +1004,11 @@ def test_v7_defaults_and_checks(interpret: None) -> None:
     assert torch.equal(out, wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32,
                                           variant="v7_u3c_ts"))
     assert torch.equal(out, wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32))  # the default
+    plans = len(wd._V7_PLANS)  # the host fast path: one launch plan per call shape, replayed
+    assert torch.equal(out, wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v7_u3c"))
+    assert len(wd._V7_PLANS) == plans
+    with pytest.raises(ValueError, match="bf16"):  # still validated
+        wd.moe_decode(p.x.float(), p.ids, p.weights, w13, w2)
     fp32_h = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, h_precision="fp32")
     assert rel_err(fp32_h, p.reference()[0]) <= BOUND_DOT
     config = wd.pick_config(w13.row_blocks, 6, True, "v7_u3c")
