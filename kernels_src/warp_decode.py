@@ -164,10 +164,14 @@ H_PRECISIONS = ("bf16", "fp32")
 # default on it. Not measured on the GPU yet (2026-12-01: the K loop is 404 -> 262 SASS per step, see the notes).
 V6_BF16_H_VARIANT, V6_FP32_H_VARIANT = "v6_u3c", "v6_u3c_fp32h"
 # On experts in the v7 layout: the v7 kernels (h in bf16; with h_precision="fp32" the v6 fp32-h kernels, which read
-# v7 experts as v6). What prepare_experts(layout="auto") gives: "v6" until the v7 kernels are measured; switching the
-# default to v7 is this one line (AUTO_LAYOUT = "v7").
-V7_BF16_H_VARIANT = "v7_u3c_x_cg_vpf"  # the predicted best of the v7 family (not measured yet)
-AUTO_LAYOUT = "v6"
+# v7 experts as v6). prepare_experts(layout="auto") gives v7. Measured on the H200 (2026-12-01 23:04 and 23:27 UTC,
+# tools/warp_decode_ab.py, same runs; BENCHMARKS.md): v7_u3c 119.8 / 374.8 / 1212.9 / 3432.2 and 120.3 / 375.2 /
+# 1277.5 / 3605.8 us at B = 1 / 4 / 16 / 64 against v6_u3c's 177.3 / 444.1 / 1458.9 / 3889.9 and 126.2 / 447.1 /
+# 1466.2 / 4151.1; the fastest v7 variant or within 4% at every batch. The notes' predicted best, v7_u3c_x_cg_vpf,
+# measured the slowest v7 (172.1 / 472.8 / 1519.3 / 4405.0). The per-item scalar bases (f2378ba: -2 SASS a step)
+# and the host fast path came after those runs: CPU-verified (interpreter, PTX simulator), not yet re-timed.
+V7_BF16_H_VARIANT = "v7_u3c"
+AUTO_LAYOUT = "v7"
 
 
 def variant_layout(variant: str) -> str:
