@@ -1031,6 +1031,16 @@ def stream_rows_dot(wq_ptr, ws_ptr, row, live, v_ptr, v_index, v_stride, v_live,
 # ------------------------------------------------------------------------------------------ kernels
 
 
+@mt.func
+def item_count(n_items_ptr, n_pairs, DEDUP: mt.constexpr):
+    """How many work items the kernels stream: the deduplicated (expert, token group) count the routing wrote on the
+    device, or one item per routed pair without deduplication."""
+    n = n_pairs
+    if DEDUP:
+        n = mt.load(n_items_ptr)
+    return n
+
+
 @mt.kernel
 def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws_ptr, h_ptr,
                    n_pairs, topk, D, I, row_blocks,
@@ -1054,10 +1064,7 @@ def gate_up_kernel(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, ws
     w_row = (r % 2) * I + neuron
     out_neuron = mt.program_id(0) * HALF + mt.arange(0, HALF)
     is_gate = (mt.arange(0, 2) == 0)[None, :, None, None]
-    if DEDUP:
-        n_items = mt.load(n_items_ptr)
-    else:
-        n_items = n_pairs
+    n_items = item_count(n_items_ptr, n_pairs, DEDUP)
     for it0 in range(mt.program_id(1) * TEAMS, n_items, TEAMS * mt.num_programs(1)):
         item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, TEAMS, NT,
                                                     DEDUP)
@@ -1100,10 +1107,7 @@ def down_kernel(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_p
     row_ok = d < D
     token = mt.arange(0, BT)
     out = mt.zeros((ROWS, BT), mt.float32)
-    if DEDUP:
-        n_items = mt.load(n_items_ptr)
-    else:
-        n_items = n_pairs
+    n_items = item_count(n_items_ptr, n_pairs, DEDUP)
     for it0 in range(mt.program_id(1) * TEAMS, n_items, TEAMS * mt.num_programs(1)):
         item_ok, pair, pair_ok, expert = load_items(it0, n_items, ids_ptr, pairs_ptr, first_ptr, TEAMS, NT,
                                                     DEDUP)
@@ -1433,10 +1437,7 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
     tile_words = ((I + 7) // 8) * steps * 32  # scale words of one expert
     lane = mt.arange(0, 32).reshape((8, 4))
     blk_ht = mt.arange(0, 8).reshape((2, 4))  # block (h, t) = 4 h + t of a step (not an arange(0, 4) pair: CSE)
-    if DEDUP:
-        n_items = mt.load(n_items_ptr)
-    else:
-        n_items = n_pairs
+    n_items = item_count(n_items_ptr, n_pairs, DEDUP)
     if XITEM:
         pair, pair_ok, expert = item_v7(mt.minimum(n_items - 1, mt.program_id(1)), n_items, ids_ptr, pairs_ptr,
                                         first_ptr, NT, DEDUP)
@@ -1488,10 +1489,7 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
     tile_words = ((half + 7) // 8) * steps * 32
     lane = mt.arange(0, 32).reshape((8, 4))
     blk_ht = mt.arange(0, 8).reshape((2, 4))
-    if DEDUP:
-        n_items = mt.load(n_items_ptr)
-    else:
-        n_items = n_pairs
+    n_items = item_count(n_items_ptr, n_pairs, DEDUP)
     if XITEM:
         pair, pair_ok, expert = item_v7(mt.minimum(n_items - 1, mt.program_id(1)), n_items, ids_ptr, pairs_ptr,
                                         first_ptr, NT, DEDUP)
