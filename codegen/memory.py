@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from minitriton.ir import Operation, Value
 from minitriton.ir.layouts import ThreadMap, vector_groups
+from minitriton.ir.ops import CACHE_LINE_BYTES
 from minitriton.ir.types import ScalarType
 
 from .context import KernelContext
@@ -171,9 +172,6 @@ def lower_load(ctx: KernelContext, op: Operation) -> None:
 
 # -------------------------------------------------------------------------------------------- prefetches
 
-LINE_BYTES = 128
-
-
 def lower_prefetch(ctx: KernelContext, op: Operation) -> None:
     """`prefetch.global.L1|L2` at elements 0, L, 2L, ... of each vector_width run (L: elements per line), plus the
     run's last element when attr `line_tail` says its start may not be line-aligned; owners only, each under its
@@ -184,7 +182,7 @@ def lower_prefetch(ctx: KernelContext, op: Operation) -> None:
     masks = ctx.get(op.operands[1]) if len(op.operands) > 1 else None
     tmap = ctx.tmap(ptr) if ptr.type.is_tensor else None
     owner = ctx.owner_pred(tmap)
-    step = max(1, LINE_BYTES // elem_bytes(t))
+    step = max(1, CACHE_LINE_BYTES // elem_bytes(t))
     done: set[tuple[str, str | None]] = set()
     for group in [[0]] if tmap is None else _groups(ctx, op, tmap):
         picks = group[::step]  # one element per line of the run (line_tail: the last one's line too)

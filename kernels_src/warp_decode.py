@@ -2050,9 +2050,7 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     plan = _V7_PLANS.get(key)
     if plan is None or x.device.type == "cpu":  # CPU: the id-range check of _check_inputs runs every call
         _check_inputs(x, topk_ids, topk_weights, w13, w2)
-    ids, weights = _flat_pairs(topk_ids, topk_weights)
-    routing = (Routing(ids, weights, ids, ids, ids, 1, k, 8, False) if B == 1
-               else dsl_routing(ids, weights, B, k, 8, w13.num_experts))
+    routing, _ = plan_routing(topk_ids, topk_weights, True, None, "dsl", w13.num_experts)
     I, D = w13.rows // 2, w2.rows
     h = torch.empty((routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
     part = torch.empty((k, B, D), dtype=torch.float32, device=x.device)

@@ -68,7 +68,7 @@ from minitriton.ir.core import insert_after_definition
 from minitriton.ir.layouts import (WARP_SIZE, blocked, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
                                    is_slice, layouts_equivalent, permute_layout, slice_of, split_layout, subtile_layout,
                                    thread_map, vector_groups)
-from minitriton.ir.ops import OPS
+from minitriton.ir.ops import CACHE_LINE_BYTES, OPS
 from minitriton.ir.types import LayoutAttr, PointerType, TensorType, layout
 
 from minitriton.ir.partitions import warps_of_ops
@@ -86,7 +86,6 @@ _SAME = {"mt.addptr", "mt.load", "mt.store", "mt.prefetch", "mt.atomic_add", "mt
          "mt.constant", "mt.scan"} | {name for name, spec in OPS.items() if "elementwise" in spec.traits}
 _MEMORY = ("mt.load", "mt.store", "mt.prefetch", "mt.atomic_add")
 _MASK_INDEX = {"mt.load": 1, "mt.store": 2, "mt.prefetch": 1, "mt.atomic_add": 2}
-LINE_BYTES = 128  # a cache line: what one prefetch brings in
 # Integer / pointer ops cheap enough to recompute in another layout instead of converting their result.
 _CHEAP = {"mt.arange", "mt.constant", "mt.splat", "mt.broadcast", "mt.expand_dims", "mt.addptr", "mt.add", "mt.sub",
           "mt.mul", "mt.div", "mt.rem", "mt.and", "mt.or", "mt.xor", "mt.shl", "mt.shr", "mt.maximum",
@@ -587,12 +586,12 @@ def prefetch_layout(op: Operation, analysis: AxisAnalysis, num_warps: int) -> tu
     order = sorted(range(len(shape)), key=lambda d: (-info.contiguity[d], -d))
     size = ptr.type.scalar.pointee.bytes  # type: ignore[union-attr]
     numel = ptr.type.numel
-    spread = max(1, numel // (num_warps * WARP_SIZE), LINE_BYTES // size)
+    spread = max(1, numel // (num_warps * WARP_SIZE), CACHE_LINE_BYTES // size)
     width = min(info.contiguity[order[0]], shape[order[0]], spread)
     width = 1 << (max(1, width).bit_length() - 1)
     spt = [1] * len(shape)
     spt[order[0]] = width
-    tail = width > 1 and info.divisibility[order[0]] < min(width * size, LINE_BYTES)
+    tail = width > 1 and info.divisibility[order[0]] < min(width * size, CACHE_LINE_BYTES)
     return blocked_for_shape(shape, num_warps, spt, order), width, tail
 
 

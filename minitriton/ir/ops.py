@@ -461,6 +461,7 @@ def _addptr(o: Operation) -> None:
 # only (skips L1), .cs streams (evict first), .lu is the last use, .cv re-fetches (volatile-like)
 CACHE_MODIFIERS = (".ca", ".cg", ".cs", ".lu", ".cv")
 PREFETCH_LEVELS = ("L1", "L2")
+CACHE_LINE_BYTES = 128  # what one mt.prefetch brings in (the tiling pass and the codegen size runs by it)
 
 
 @op("mt.load", "Reads pointee values; operands (ptr[, mask[, other]]). Masked-off lanes give `other` (else 0). "
