@@ -96,7 +96,18 @@ def time_call(fn: Callable[[], Any], use_graph: bool) -> float:
     return harness.do_bench(timed) * 1e3
 
 
-def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_triton: bool) -> str:
+def kernel_split(fn: Callable[[], Any]) -> str:
+    """Each CUDA kernel's GPU time in one call (torch.profiler, no L2 flush: at K3 the weights exceed L2 anyway)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from profile_kernels import kernel_times
+
+    rows = kernel_times(fn)
+    parts = ", ".join(f"{name.split('(')[0][:28]} {t:.1f}" for name, t in rows[:6])
+    return f"{sum(t for _, t in rows):.1f} us of kernels = {parts}"
+
+
+def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_triton: bool,
+           split_kernels: bool = False) -> str:
     shape = bench.SHAPE
     copy_bw = harness.copy_bandwidth()
     layer = bench.make_layer(shape)
@@ -132,6 +143,8 @@ def run_ab(batches: tuple[int, ...], variants: list[str], use_graph: bool, with_
                 row[v] = f"FAIL ({err_ref:.1e} / {err_v3:.1e})"
                 continue
             row[v] = time_call(variant_call(experts, v, x, ids, weights), use_graph)
+            if split_kernels:
+                harness.log(f"B={b} {v}: {kernel_split(variant_call(experts, v, x, ids, weights))}")
         if triton_make is not None:
             try:
                 fn = triton_make(x, ids, weights)
@@ -312,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(wd.DOT_VARIANTS), help=f"of {', '.join(wd.DOT_VARIANTS)}")
     parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays")
     parser.add_argument("--no-triton", action="store_true")
+    parser.add_argument("--kernels", action="store_true", help="also each kernel's GPU time (torch.profiler)")
     parser.add_argument("--sass", action="store_true", help="SASS per weight of each variant (no GPU needed)")
     args = parser.parse_args(argv)
     if args.sass:
@@ -328,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sys.stderr.write(f"unknown variants {unknown}; known: {list(wd.DOT_VARIANTS)}\n")
         return 1
-    print(run_ab(tuple(int(b) for b in args.batches.split(",")), variants, args.graph, not args.no_triton),
+    print(run_ab(tuple(int(b) for b in args.batches.split(",")), variants, args.graph, not args.no_triton,
+                 args.kernels),
           flush=True)
     return 0
 
