@@ -8,7 +8,8 @@ aligned and under one mask value. Each run becomes one access of w * size bytes:
   - 1- and 2-byte elements packed into 32-bit words: `ld.global.v4.b32` of 8 x bf16 then `mov.b32 {%h1, %h2}, %r`
     per word (i8 / i16: `bfe`; stores pack with `mov.b32 %r, {%h1, %h2}` / `bfi`),
   - single narrow elements: `ld.global.b16` (f16 / bf16), `ld.global.s8 / u8 / s16 / u16` into 32-bit registers.
-A load's `cache_modifier` attr is its PTX cache operator (`ld.global.cg.v4.b32`).
+A load's `cache_modifier` attr is its PTX cache operator (`ld.global.cg.v4.b32`), its `l2_prefetch` attr the L2's
+fetch size on a miss (`ld.global.L2::256B.v4.b32`).
 Masks are predicates (`@%p ld...`): the destination starts at 0 and masked-off elements then take `other`.
 Booleans are one byte in memory. Elements several threads hold (replicated layouts) are stored by their owner
 only; atomics likewise, and their old values are then shared with the other holders through shared memory.
@@ -158,6 +159,8 @@ def lower_load(ctx: KernelContext, op: Operation) -> None:
     others = ctx.get(op.operands[2]) if len(op.operands) > 2 and not _is_zero(op.operands[2]) else None
     groups = [[0]] if not ptr.type.is_tensor else _groups(ctx, op, ctx.tmap(ptr))
     cop = op.attrs.get("cache_modifier", "")
+    if "l2_prefetch" in op.attrs:  # ld.global.cg.L2::256B.v4.b32
+        cop += f".L2::{op.attrs['l2_prefetch']}B"
     out: list[str] = [""] * len(ptrs)
     memo: dict[tuple[str, str | None, int], list[str]] = {}
     for group in groups:

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from minitriton.errors import CompilationError
 from minitriton.ir import Builder, Value
 from minitriton.ir.numeric import round_float, wrap_int
-from minitriton.ir.ops import CACHE_MODIFIERS, PREFETCH_LEVELS
+from minitriton.ir.ops import CACHE_MODIFIERS, L2_PREFETCH_BYTES, PREFETCH_LEVELS
 from minitriton.ir.types import (PointerType, ScalarType, TensorDescType, TensorType, Type, bf16, f16, f32, f64, i1,
                                  i32, i64, is_power_of_two, with_scalar)
 
@@ -509,9 +509,9 @@ class Semantic:
         p, m = self.broadcast_all(p, m)
         return p, m
 
-    def load(self, pointer: Any, mask: Any, other: Any, cache_modifier: Any = "") -> TileValue:
+    def load(self, pointer: Any, mask: Any, other: Any, cache_modifier: Any = "", l2_prefetch: Any = 0) -> TileValue:
         p = self.pointer_operand(pointer, "load")
-        attrs = self.cache_modifier_attr(cache_modifier)
+        attrs = {**self.cache_modifier_attr(cache_modifier), **self.l2_prefetch_attr(l2_prefetch)}
         operands = [p]
         if mask is not None:
             p, m = self.mask_operand(mask, p)
@@ -534,6 +534,16 @@ class Semantic:
             raise error(f"load(cache_modifier=...) must be one of '', {', '.join(map(repr, CACHE_MODIFIERS))}, "
                         f"got {cache_modifier!r}")
         return {"cache_modifier": cache_modifier}
+
+    @staticmethod
+    def l2_prefetch_attr(l2_prefetch: Any) -> dict[str, int]:
+        """The load's `l2_prefetch` attr (none for the default 0)."""
+        if l2_prefetch in (0, None):
+            return {}
+        if isinstance(l2_prefetch, bool) or l2_prefetch not in L2_PREFETCH_BYTES:
+            raise error(f"load(l2_prefetch=...) must be 0 or one of {', '.join(map(str, L2_PREFETCH_BYTES))} (bytes), "
+                        f"got {l2_prefetch!r}")
+        return {"l2_prefetch": int(l2_prefetch)}
 
     def prefetch(self, pointer: Any, mask: Any, level: Any) -> None:
         p = self.pointer_operand(pointer, "prefetch")

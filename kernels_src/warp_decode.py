@@ -137,6 +137,13 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
                     dict(_V7, xitem=True, wcache=".cg", vpf=True, min_blocks=None)),
     "v7_xd_cg_vpf": (dict(_V7, xitem=True, wcache=".cg", vpf=True),
                      dict(_V7, xitem=True, wcache=".cg", vpf=True, min_blocks=None)),
+    # 2026-12-02: the L2 fetches 256 bytes on a weight / scale-word miss (the row's next step with it: twice the
+    # DRAM bytes in flight per load), and the flat grid (every resident program slot busy to the end: at B = 1
+    # gate_up's split grid held 1536 of 2112 slots for 4 items each, the flat one deals 6144 units over 2112)
+    "v7_u3c_l2": (dict(_V7, l2pf=256), dict(_V7, l2pf=256)),
+    "v7_u3c_f": (dict(_V7, flat=True), dict(_V7, flat=True)),
+    "v7_u3c_fl2": (dict(_V7, flat=True, l2pf=256), dict(_V7, flat=True, l2pf=256)),
+    "v7_u3c_cg_fl2": (dict(_V7, flat=True, l2pf=256, wcache=".cg"), dict(_V7, flat=True, l2pf=256, wcache=".cg")),
 }
 H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
 # The weight layout (PreparedExperts.layout) each variant reads: prepare_experts(..., layout=variant_layout(name)).
@@ -1209,19 +1216,19 @@ def scale_pairs_v7(sw, ROWS, H):
 
 
 @mt.func
-def load_step_v7(wq_e, q_off, live1, sw_e, lane, kb, blk_ht, j, row_blocks, FULL_STEPS, WCACHE):
+def load_step_v7(wq_e, q_off, live1, sw_e, lane, kb, blk_ht, j, row_blocks, FULL_STEPS, WCACHE, L2PF):
     """The weight words [H, R, 4, 4] of blocks kb + blk_ht and the step's scale words [8, 4] (kb a multiple of
     V7_STEP; FULL_STEPS: the callers keep kb inside the row, else steps past the row's end read zeros). wq_e /
     sw_e: the item's expert (its words, its tile's scale words), scalars; q_off (i32 [R]): the tile rows' word
     offsets in an expert, the same for every item (a scalar base per item instead of 64-bit row pointers)."""
     at = wq_e + (q_off[None, :, None, None] + ((kb + blk_ht) * 4)[:, None, :, None] + j[None, None, None, :])
     if FULL_STEPS:
-        q = mt.load(at, cache_modifier=WCACHE)
-        sw = mt.load(sw_e + (lane + kb * 4))
+        q = mt.load(at, cache_modifier=WCACHE, l2_prefetch=L2PF)
+        sw = mt.load(sw_e + (lane + kb * 4), l2_prefetch=L2PF)
     else:
         ok = live1[None, :, None, None] & ((kb + blk_ht) < row_blocks)[:, None, :, None]
-        q = mt.load(at, mask=ok, other=0, cache_modifier=WCACHE)
-        sw = mt.load(sw_e + (lane + kb * 4), mask=(lane >= 0) & (kb < row_blocks), other=0)
+        q = mt.load(at, mask=ok, other=0, cache_modifier=WCACHE, l2_prefetch=L2PF)
+        sw = mt.load(sw_e + (lane + kb * 4), mask=(lane >= 0) & (kb < row_blocks), other=0, l2_prefetch=L2PF)
     return q, sw
 
 
@@ -1268,7 +1275,7 @@ def step_v7(acc, q, sw, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS):
 
 @mt.func
 def stream_rows_v7(wq_e, q_off, live1, sw_e, lane, blk_ht, v_ptr, v_row, v_ok, K, row_blocks, ROWS, NT,
-                   FULL_STEPS, UNROLL_TAIL, WCACHE, VPF):
+                   FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, VPF):
     """acc [ROWS, NT] = W[rows] . v[v_row + k] over the row's K (v7: words in the v6 layout from wq_e + q_off,
     scale words sw_e + 32 per step; see load_step_v7): two steps of weights and scale words in flight, the K loop
     unrolled by 3 on whole steps (UNROLL_TAIL = steps % 3 after it), else a rotating loop (masked steps). The
@@ -1285,35 +1292,35 @@ def stream_rows_v7(wq_e, q_off, live1, sw_e, lane, blk_ht, v_ptr, v_row, v_ok, K
     acc = mt.zeros((ROWS, NT), mt.float32)
     if UNROLL_TAIL >= 0:
         last = row_blocks - B
-        q_a, s_a = load_step_v7(wq_e, q_off, live1, sw_e, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE)
+        q_a, s_a = load_step_v7(wq_e, q_off, live1, sw_e, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE, L2PF)
         q_b, s_b = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(B, last), blk_ht, j, row_blocks,
-                                FULL_STEPS, WCACHE)
+                                FULL_STEPS, WCACHE, L2PF)
         q_c, s_c = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(2 * B, last), blk_ht, j, row_blocks,
-                                FULL_STEPS, WCACHE)
+                                FULL_STEPS, WCACHE, L2PF)
         for kb in range(0, row_blocks - UNROLL_TAIL * B, 3 * B):
             acc = step_v7(acc, q_a, s_a, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS)
             q_a, s_a = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(kb + 3 * B, last), blk_ht, j,
-                                    row_blocks, FULL_STEPS, WCACHE)
+                                    row_blocks, FULL_STEPS, WCACHE, L2PF)
             acc = step_v7(acc, q_b, s_b, vb, vk, kb + B, k_ht, K, ROWS, NT, H, FULL_STEPS)
             q_b, s_b = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(kb + 4 * B, last), blk_ht, j,
-                                    row_blocks, FULL_STEPS, WCACHE)
+                                    row_blocks, FULL_STEPS, WCACHE, L2PF)
             acc = step_v7(acc, q_c, s_c, vb, vk, kb + 2 * B, k_ht, K, ROWS, NT, H, FULL_STEPS)
             q_c, s_c = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(kb + 5 * B, last), blk_ht, j,
-                                    row_blocks, FULL_STEPS, WCACHE)
+                                    row_blocks, FULL_STEPS, WCACHE, L2PF)
         tail = row_blocks - UNROLL_TAIL * B
         if UNROLL_TAIL >= 1:
             acc = step_v7(acc, q_a, s_a, vb, vk, tail, k_ht, K, ROWS, NT, H, FULL_STEPS)
         if UNROLL_TAIL == 2:
             acc = step_v7(acc, q_b, s_b, vb, vk, tail + B, k_ht, K, ROWS, NT, H, FULL_STEPS)
         return acc
-    q_next, s_next = load_step_v7(wq_e, q_off, live1, sw_e, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE)
+    q_next, s_next = load_step_v7(wq_e, q_off, live1, sw_e, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE, L2PF)
     q_next2, s_next2 = load_step_v7(wq_e, q_off, live1, sw_e, lane, B, blk_ht, j, row_blocks, FULL_STEPS,
-                                    WCACHE)
+                                    WCACHE, L2PF)
     for kb in range(0, row_blocks, B):
         q, s = q_next, s_next
         q_next, s_next = q_next2, s_next2
         q_next2, s_next2 = load_step_v7(wq_e, q_off, live1, sw_e, lane, kb + 2 * B, blk_ht, j, row_blocks,
-                                        FULL_STEPS, WCACHE)
+                                        FULL_STEPS, WCACHE, L2PF)
         acc = step_v7(acc, q, s, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS)
     return acc
 
@@ -1327,7 +1334,7 @@ def item_v7(it0, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP):
 
 @mt.func
 def kloop_x_v7(q_a, s_a, q_b, s_b, q_c, s_c, q_off, wq_e, sw_e, wq_n, sw_n, lane, blk_ht, vb, vk, K, row_blocks,
-               ROWS, NT, UNROLL_TAIL, WCACHE):
+               ROWS, NT, UNROLL_TAIL, WCACHE, L2PF):
     """The K loop of XITEM (whole steps, >= 3 of them): q_a .. s_c hold this item's first three steps (loaded by
     the previous item); the loop is unrolled by 3 with its last iteration peeled, so only the peeled iteration and
     the tail refill from the next item (its expert's words wq_n / scale words sw_n, its steps 0, 1, 2), nine or
@@ -1342,35 +1349,35 @@ def kloop_x_v7(q_a, s_a, q_b, s_b, q_c, s_c, q_off, wq_e, sw_e, wq_n, sw_n, lane
     peel = row_blocks - UNROLL_TAIL * B - 3 * B  # the last unrolled iteration's first block
     for kb in range(0, peel, 3 * B):
         acc = step_v7(acc, q_a, s_a, vb, vk, kb, k_ht, K, ROWS, NT, H, True)
-        q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 3 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 3 * B, blk_ht, j, row_blocks, True, WCACHE, L2PF)
         acc = step_v7(acc, q_b, s_b, vb, vk, kb + B, k_ht, K, ROWS, NT, H, True)
-        q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 4 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 4 * B, blk_ht, j, row_blocks, True, WCACHE, L2PF)
         acc = step_v7(acc, q_c, s_c, vb, vk, kb + 2 * B, k_ht, K, ROWS, NT, H, True)
-        q_c, s_c = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 5 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_c, s_c = load_step_v7(wq_e, q_off, lane, sw_e, lane, kb + 5 * B, blk_ht, j, row_blocks, True, WCACHE, L2PF)
     # the peeled iteration: refill i loads stream step (steps - UNROLL_TAIL + i): this item's while i < UNROLL_TAIL,
     # else the next item's step i - UNROLL_TAIL
     acc = step_v7(acc, q_a, s_a, vb, vk, peel, k_ht, K, ROWS, NT, H, True)
     if UNROLL_TAIL >= 1:
-        q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, peel + 3 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, peel + 3 * B, blk_ht, j, row_blocks, True, WCACHE, L2PF)
     else:
-        q_a, s_a = load_step_v7(wq_n, q_off, lane, sw_n, lane, 0, blk_ht, j, row_blocks, True, WCACHE)
+        q_a, s_a = load_step_v7(wq_n, q_off, lane, sw_n, lane, 0, blk_ht, j, row_blocks, True, WCACHE, L2PF)
     acc = step_v7(acc, q_b, s_b, vb, vk, peel + B, k_ht, K, ROWS, NT, H, True)
     if UNROLL_TAIL == 2:
-        q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, peel + 4 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, peel + 4 * B, blk_ht, j, row_blocks, True, WCACHE, L2PF)
     else:
         q_b, s_b = load_step_v7(wq_n, q_off, lane, sw_n, lane, (1 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
-                                True, WCACHE)
+                                True, WCACHE, L2PF)
     acc = step_v7(acc, q_c, s_c, vb, vk, peel + 2 * B, k_ht, K, ROWS, NT, H, True)
     q_c, s_c = load_step_v7(wq_n, q_off, lane, sw_n, lane, (2 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
-                            True, WCACHE)
+                            True, WCACHE, L2PF)
     tail = row_blocks - UNROLL_TAIL * B
     if UNROLL_TAIL >= 1:
         acc = step_v7(acc, q_a, s_a, vb, vk, tail, k_ht, K, ROWS, NT, H, True)
         q_a, s_a = load_step_v7(wq_n, q_off, lane, sw_n, lane, (3 - UNROLL_TAIL) * B, blk_ht, j, row_blocks,
-                                True, WCACHE)
+                                True, WCACHE, L2PF)
     if UNROLL_TAIL == 2:
         acc = step_v7(acc, q_b, s_b, vb, vk, tail + B, k_ht, K, ROWS, NT, H, True)
-        q_b, s_b = load_step_v7(wq_n, q_off, lane, sw_n, lane, 2 * B, blk_ht, j, row_blocks, True, WCACHE)
+        q_b, s_b = load_step_v7(wq_n, q_off, lane, sw_n, lane, 2 * B, blk_ht, j, row_blocks, True, WCACHE, L2PF)
     if UNROLL_TAIL == 1:
         q_a, s_a, q_b, s_b, q_c, s_c = q_b, s_b, q_c, s_c, q_a, s_a
     if UNROLL_TAIL == 2:
@@ -1379,12 +1386,12 @@ def kloop_x_v7(q_a, s_a, q_b, s_b, q_c, s_c, q_off, wq_e, sw_e, wq_n, sw_n, lane
 
 
 @mt.func
-def first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE):
+def first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE, L2PF):
     """XITEM: the first item's steps 0, 1, 2 (before the item loop)."""
     j = mt.arange(0, 4)
-    q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, 0, blk_ht, j, row_blocks, True, WCACHE)
-    q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, 8, blk_ht, j, row_blocks, True, WCACHE)
-    q_c, s_c = load_step_v7(wq_e, q_off, lane, sw_e, lane, 16, blk_ht, j, row_blocks, True, WCACHE)
+    q_a, s_a = load_step_v7(wq_e, q_off, lane, sw_e, lane, 0, blk_ht, j, row_blocks, True, WCACHE, L2PF)
+    q_b, s_b = load_step_v7(wq_e, q_off, lane, sw_e, lane, 8, blk_ht, j, row_blocks, True, WCACHE, L2PF)
+    q_c, s_c = load_step_v7(wq_e, q_off, lane, sw_e, lane, 16, blk_ht, j, row_blocks, True, WCACHE, L2PF)
     return q_a, s_a, q_b, s_b, q_c, s_c
 
 
@@ -1412,37 +1419,65 @@ def store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch,
 
 
 @mt.func
-def bases_v7(expert, wq_ptr, sw_ptr, expert_rows, row_blocks, tile_words, steps):
-    """An item's scalar bases: its expert's weight words, and the scale words of this program's tile of it."""
+def bases_v7(expert, wq_ptr, sw_ptr, expert_rows, row_blocks, tile_words, steps, tile):
+    """An item's scalar bases: its expert's weight words, and the scale words of row tile `tile` of it."""
     return (wq_ptr + expert * (expert_rows * row_blocks * 4),
-            sw_ptr + (expert * tile_words + mt.program_id(0) * (steps * 32)))
+            sw_ptr + (expert * tile_words + tile * (steps * 32)))
+
+
+@mt.func
+def gate_up_tile_v7(tile, I, row_blocks):
+    """Row tile `tile` of W13 (V7_GROUP neurons): (row_ok [16], q_off [16] word offsets in an expert (dead rows: row
+    0), neuron [8]); tile rows g: gate, g + 8: up of neuron 8 tile + g."""
+    r = mt.arange(0, 16)
+    local = tile * 8 + r % 8
+    row_ok = local < I
+    return row_ok, mt.where(row_ok, (r // 8) * I + local, 0) * (row_blocks * 4), tile * 8 + mt.arange(0, 8)
+
+
+@mt.func
+def down_tile_v7(tile, D, row_blocks):
+    """Row tile `tile` of W2: (d [16] the output rows 8 tile + g and half + 8 tile + g, row_ok [16], q_off [16])."""
+    half = (D + 1) // 2
+    r = mt.arange(0, 16)
+    local = tile * 8 + r % 8
+    d = (r // 8) * half + local
+    row_ok = (local < half) & (d < D)
+    return d, row_ok, mt.where(row_ok, d, 0) * (row_blocks * 4)
+
+
+@mt.func
+def unit_v7(u, tiles, FLAT):
+    """Work unit u of a program's loop -> (row tile, item). FLAT: the (tile, item) units in one sequence, tiles
+    fastest, dealt round-robin over a grid of resident programs (grid axis 0); else program (tile, s) takes every
+    num_programs(1)-th item from s."""
+    return (u % tiles, u // tiles) if FLAT else (mt.program_id(0), u)
 
 
 @mt.kernel
 def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, sw_ptr, h_ptr,
                       n_pairs, topk, D, I, row_blocks,
                       NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
-                      UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", VPF: mt.constexpr = False,
-                      XITEM: mt.constexpr = False):
+                      UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", L2PF: mt.constexpr = 0,
+                      VPF: mt.constexpr = False, XITEM: mt.constexpr = False, FLAT: mt.constexpr = False):
     """h[p, i] = bf16(silu(gate_i . x_b) * (up_i . x_b)), b = p // topk, on the v7 layout: program (i, s) owns
     neurons 8 i .. 8 i + 7 (tile rows g: gate, g + 8: up; V7_GROUP) and every num_programs(1)-th work item from
     item s. XITEM (whole steps, >= 3 of them): the next item's tables are loaded at an item's start and its first
-    three steps by the item's last refills (kloop_x_v7), so no item waits for its tables and first weights."""
-    r = mt.arange(0, 16)
-    local = mt.program_id(0) * 8 + r % 8
-    row_ok = local < I
-    q_off = mt.where(row_ok, (r // 8) * I + local, 0) * (row_blocks * 4)  # word offsets in an expert (dead: row 0)
-    neuron = mt.program_id(0) * 8 + mt.arange(0, 8)
+    three steps by the item's last refills (kloop_x_v7), so no item waits for its tables and first weights. FLAT
+    (not with XITEM): a 1-D grid of resident programs deals the (tile, item) units round-robin (unit_v7), so every
+    program slot stays busy to the end whatever the item count. L2PF: the L2's fetch size of the weight loads."""
+    row_ok, q_off, neuron = gate_up_tile_v7(mt.program_id(0), I, row_blocks)
+    tiles = (I + 7) // 8
     steps = (row_blocks + 7) // 8
-    tile_words = ((I + 7) // 8) * steps * 32  # scale words of one expert
+    tile_words = tiles * steps * 32  # scale words of one expert
     lane = mt.arange(0, 32).reshape((8, 4))
     blk_ht = mt.arange(0, 8).reshape((2, 4))  # block (h, t) = 4 h + t of a step (not an arange(0, 4) pair: CSE)
     n_items = item_count(n_items_ptr, n_pairs, DEDUP)
     if XITEM:
         pair, pair_ok, expert = item_v7(mt.minimum(n_items - 1, mt.program_id(1)), n_items, ids_ptr, pairs_ptr,
                                         first_ptr, NT, DEDUP)
-        wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, 2 * I, row_blocks, tile_words, steps)
-        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE)
+        wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, 2 * I, row_blocks, tile_words, steps, mt.program_id(0))
+        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE, L2PF)
         if VPF:
             prefetch_vector_v7(x_ptr, (mt.where(pair_ok, pair, 0) // topk) * D, pair_ok, D)
         for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
@@ -1452,21 +1487,25 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
             if VPF:
                 prefetch_vector_v7(x_ptr, (mt.where(ok_n, pair_n, 0) // topk) * D, ok_n & (nxt < n_items), D)
             wq_n, sw_n = bases_v7(mt.where(nxt < n_items, expert_n, expert), wq_ptr, sw_ptr, 2 * I, row_blocks,
-                                  tile_words, steps)
+                                  tile_words, steps, mt.program_id(0))
             v_row = (mt.where(pair_ok, pair, 0) // topk) * D
             acc, q_a, s_a, q_b, s_b, q_c, s_c = kloop_x_v7(
                 q_a, s_a, q_b, s_b, q_c, s_c, q_off, wq_e, sw_e, wq_n, sw_n, lane, blk_ht,
                 x_ptr + v_row[None, :, None, None], pair_ok[None, :, None, None], D, row_blocks, 16, NT, UNROLL_TAIL,
-                WCACHE)
+                WCACHE, L2PF)
             store_h_v7(acc, h_ptr, pair, pair_ok, neuron, I)
             pair, pair_ok, expert, wq_e, sw_e = pair_n, ok_n, expert_n, wq_n, sw_n
     else:
-        for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
+        for u in range(mt.program_id(0) if FLAT else mt.program_id(1), tiles * n_items if FLAT else n_items,
+                       mt.num_programs(0) if FLAT else mt.num_programs(1)):
+            tile, it = unit_v7(u, tiles, FLAT)
+            if FLAT:
+                row_ok, q_off, neuron = gate_up_tile_v7(tile, I, row_blocks)
             pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
-            wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, 2 * I, row_blocks, tile_words, steps)
+            wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, 2 * I, row_blocks, tile_words, steps, tile)
             v_row = (mt.where(pair_ok, pair, 0) // topk) * D
             acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, x_ptr, v_row, pair_ok, D, row_blocks, 16,
-                                 NT, FULL_STEPS, UNROLL_TAIL, WCACHE, VPF)
+                                 NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, VPF)
             store_h_v7(acc, h_ptr, pair, pair_ok, neuron, I)
 
 
@@ -1474,27 +1513,23 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
 def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, sw_ptr, part_ptr,
                    n_pairs, topk, batch, D, I, row_blocks,
                    NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
-                   UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", VPF: mt.constexpr = False,
-                   XITEM: mt.constexpr = False):
+                   UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", L2PF: mt.constexpr = 0,
+                   VPF: mt.constexpr = False, XITEM: mt.constexpr = False, FLAT: mt.constexpr = False):
     """part[j, b, d] = w[b, j] * (W2[e_bj, d] . h[b * topk + j]) (fp32 [topk, batch, D]) for every routed pair,
     on the v7 layout (program (i, s): rows d = 8 i + g and half + 8 i + g, every num_programs(1)-th item from s);
-    sum_slots_kernel then adds the topk slots of each token in order. XITEM: as gate_up_kernel_v7's."""
-    half = (D + 1) // 2
-    r = mt.arange(0, 16)
-    local = mt.program_id(0) * 8 + r % 8
-    d = (r // 8) * half + local
-    row_ok = (local < half) & (d < D)
-    q_off = mt.where(row_ok, d, 0) * (row_blocks * 4)
+    sum_slots_kernel then adds the topk slots of each token in order. XITEM, FLAT, L2PF: as gate_up_kernel_v7's."""
+    d, row_ok, q_off = down_tile_v7(mt.program_id(0), D, row_blocks)
+    tiles = ((D + 1) // 2 + 7) // 8
     steps = (row_blocks + 7) // 8
-    tile_words = ((half + 7) // 8) * steps * 32
+    tile_words = tiles * steps * 32
     lane = mt.arange(0, 32).reshape((8, 4))
     blk_ht = mt.arange(0, 8).reshape((2, 4))
     n_items = item_count(n_items_ptr, n_pairs, DEDUP)
     if XITEM:
         pair, pair_ok, expert = item_v7(mt.minimum(n_items - 1, mt.program_id(1)), n_items, ids_ptr, pairs_ptr,
                                         first_ptr, NT, DEDUP)
-        wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, D, row_blocks, tile_words, steps)
-        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE)
+        wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, D, row_blocks, tile_words, steps, mt.program_id(0))
+        q_a, s_a, q_b, s_b, q_c, s_c = first_steps_v7(wq_e, q_off, sw_e, lane, blk_ht, row_blocks, WCACHE, L2PF)
         if VPF:
             prefetch_vector_v7(h_ptr, mt.where(pair_ok, pair, 0) * I, pair_ok, I)
         for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
@@ -1504,19 +1539,23 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
             if VPF:
                 prefetch_vector_v7(h_ptr, mt.where(ok_n, pair_n, 0) * I, ok_n & (nxt < n_items), I)
             wq_n, sw_n = bases_v7(mt.where(nxt < n_items, expert_n, expert), wq_ptr, sw_ptr, D, row_blocks,
-                                  tile_words, steps)
+                                  tile_words, steps, mt.program_id(0))
             acc, q_a, s_a, q_b, s_b, q_c, s_c = kloop_x_v7(
                 q_a, s_a, q_b, s_b, q_c, s_c, q_off, wq_e, sw_e, wq_n, sw_n, lane, blk_ht,
                 h_ptr + (mt.where(pair_ok, pair, 0) * I)[None, :, None, None], pair_ok[None, :, None, None], I,
-                row_blocks, 16, NT, UNROLL_TAIL, WCACHE)
+                row_blocks, 16, NT, UNROLL_TAIL, WCACHE, L2PF)
             store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D)
             pair, pair_ok, expert, wq_e, sw_e = pair_n, ok_n, expert_n, wq_n, sw_n
     else:
-        for it in range(mt.program_id(1), n_items, mt.num_programs(1)):
+        for u in range(mt.program_id(0) if FLAT else mt.program_id(1), tiles * n_items if FLAT else n_items,
+                       mt.num_programs(0) if FLAT else mt.num_programs(1)):
+            tile, it = unit_v7(u, tiles, FLAT)
+            if FLAT:
+                d, row_ok, q_off = down_tile_v7(tile, D, row_blocks)
             pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
-            wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, D, row_blocks, tile_words, steps)
+            wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, D, row_blocks, tile_words, steps, tile)
             acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, h_ptr, mt.where(pair_ok, pair, 0) * I,
-                                 pair_ok, I, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, VPF)
+                                 pair_ok, I, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, VPF)
             store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D)
 
 
@@ -1748,6 +1787,9 @@ class KernelConfig:
     wcache: str = ""  # v7: the weight loads' cache operator (mt.load cache_modifier), e.g. ".cg" (not kept in L1)
     vpf: bool = False  # v7: each item's vector rows prefetched into L1 (mt.prefetch) at its start
     xitem: bool = False  # v7, whole steps (>= 3): the next item's tables and first 3 steps loaded during this item
+    flat: bool = False  # v7, not with xitem: a 1-D grid of resident programs deals the (tile, item) units round-robin
+    # (splits, when set, is then the grid size)
+    l2pf: int = 0  # v7: the L2's fetch size on a weight / scale-word load's miss (mt.load l2_prefetch: 64, 128, 256)
     routing: str = "torch"  # moe_decode's routing for this variant: "torch" (torch.sort + route_items_kernel; B = 1
     # tables of one pair per item) or "dsl" (route_sort_kernel, one launch; B = 1: items are the pairs, no tables)
 
@@ -1818,6 +1860,25 @@ def _splits(kernel: mt.Kernel, config: KernelConfig, programs: int, routing: Rou
     return splits
 
 
+def _v7_grid(kernel: mt.Kernel, config: KernelConfig, programs: int, routing: Routing, device: torch.device,
+             make_args: Callable[[], tuple], meta: dict) -> tuple[int, int]:
+    """The launch grid of a v7 kernel over `programs` row tiles: (programs, item split), or with config.flat
+    (resident programs, 1): as many programs as the GPU holds at once (config.splits if set; off the GPU the tile
+    count), at most one per (tile, item) unit (the items are at most the pairs)."""
+    if not config.flat:
+        return programs, _splits(kernel, config, programs, routing, device, make_args, meta)
+    units = programs * routing.n_pairs
+    if config.splits is not None:
+        return min(units, config.splits), 1
+    if device.type != "cuda":
+        return programs, 1
+    key = ("flat", kernel, programs, routing.n_pairs, device, tuple(meta.values()))
+    resident = _SPLITS.get(key)
+    if resident is None:
+        resident = _SPLITS[key] = kernel.resident_programs(*make_args(), **meta)
+    return min(units, resident), 1
+
+
 def _check_config(config: KernelConfig) -> None:
     for name in ("rows", "teams", "blocks"):
         v = getattr(config, name)
@@ -1855,8 +1916,13 @@ def _check_config(config: KernelConfig) -> None:
                                       and not config.v_masked and config.fold_bias is not False):
         raise ValueError("config.layout 'v7' is the v7 kernels' (mt.dot, words, 16 rows, 8 blocks a step, two "
                          "steps prefetched, h in bf16)")
-    if (config.wcache or config.vpf or config.xitem) and config.layout != "v7":
-        raise ValueError("config.wcache, config.vpf and config.xitem are options of the v7 kernels")
+    if (config.wcache or config.vpf or config.xitem or config.flat or config.l2pf) and config.layout != "v7":
+        raise ValueError("config.wcache, config.vpf, config.xitem, config.flat and config.l2pf are options of the v7 "
+                         "kernels")
+    if config.flat and config.xitem:
+        raise ValueError("config.flat and config.xitem exclude each other (XITEM carries a program's next item)")
+    if config.l2pf not in (0, 64, 128, 256):
+        raise ValueError(f"config.l2pf must be 0, 64, 128 or 256 (bytes), got {config.l2pf}")
     if config.routing not in ("torch", "dsl"):
         raise ValueError(f"config.routing must be 'torch' or 'dsl', got {config.routing!r}")
 
@@ -1925,7 +1991,7 @@ def _v7_meta(w: PreparedExperts, config: KernelConfig, group: int, dedup: bool) 
     tail = _unroll_tail(w, config)
     xitem = config.xitem and tail >= 0 and w.row_blocks >= 3 * config.blocks
     return dict(NT=group, DEDUP=dedup, FULL_STEPS=_full_steps(w, config), UNROLL_TAIL=tail, WCACHE=config.wcache,
-                VPF=config.vpf, XITEM=xitem, num_warps=1)
+                L2PF=config.l2pf, VPF=config.vpf, XITEM=xitem, FLAT=config.flat, num_warps=1)
 
 
 def gate_up_launch(w13: PreparedExperts, config: KernelConfig, group: int, dedup: bool, parts: bool
@@ -1975,8 +2041,11 @@ def gate_up(x: torch.Tensor, routing: Routing, w13: PreparedExperts, config: Ker
     args = (x, routing.ids, routing.pairs, routing.first, routing.n_items, _weight_operand(w13, config), scales,
             h, routing.n_pairs, routing.topk, D, I, w13.row_blocks)
     kernel, meta = gate_up_launch(w13, config, routing.group, routing.dedup, parts)
-    splits = _splits(kernel, config, programs, routing, x.device, lambda: args, meta)
-    kernel[(programs, splits)](*args, **_one_item_no_xitem(meta, routing, splits))
+    if config.layout == "v7":
+        grid = _v7_grid(kernel, config, programs, routing, x.device, lambda: args, meta)
+    else:
+        grid = (programs, _splits(kernel, config, programs, routing, x.device, lambda: args, meta))
+    kernel[grid](*args, **_one_item_no_xitem(meta, routing, grid[1]))
     return h
 
 
@@ -2069,8 +2138,8 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
             _check_config(config)
             kernel, meta = (gate_up_launch(w, config, routing.group, routing.dedup, False) if kind == "gate_up"
                             else down_launch(w, config, routing.group, routing.dedup, B, False, True))
-            splits = _splits(kernel, config, programs, routing, x.device, lambda args=args: args, meta)
-            launches.append((kernel[(programs, splits)], _one_item_no_xitem(meta, routing, splits)))
+            grid = _v7_grid(kernel, config, programs, routing, x.device, lambda args=args: args, meta)
+            launches.append((kernel[grid], _one_item_no_xitem(meta, routing, grid[1])))
         plan = _V7_PLANS[key] = tuple(launches)
     (up, up_meta), (dn, dn_meta) = plan
     up(*args13, **up_meta)
@@ -2094,8 +2163,8 @@ def _down_v7(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: 
     args = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
             _weight_operand(w2, config), w2.scale_words, part, routing.n_pairs, routing.topk, routing.batch, D, I,
             w2.row_blocks)
-    splits = _splits(kernel, config, programs, routing, h.device, lambda: args, meta)
-    kernel[(programs, splits)](*args, **_one_item_no_xitem(meta, routing, splits))
+    grid = _v7_grid(kernel, config, programs, routing, h.device, lambda: args, meta)
+    kernel[grid](*args, **_one_item_no_xitem(meta, routing, grid[1]))
     out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
     n = routing.batch * D
     sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=routing.topk, BLOCK=SLOTS_BLOCK, num_warps=2)

@@ -95,14 +95,18 @@ def full(shape: Any, value: Any, dtype: ScalarType, _sem: Any = None) -> Any:
 
 
 @builtin
-def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "", _sem: Any = None) -> Any:
+def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "", l2_prefetch: int = 0,
+         _sem: Any = None) -> Any:
     """Read the values at `pointer` (a pointer or a tile of pointers). Lanes where `mask` is false are not
     read and give `other` (0 when not given). `cache_modifier` picks the PTX cache operator of the global load,
     spelled as Triton spells it: "" (the default: cached in L1 and L2), ".ca" (the same, explicitly), ".cg" (L2
     only: data read once, e.g. a state streamed through, does not evict lines the program reads again from L1),
     ".cs" (streaming, evict first), ".lu" (last use), ".cv" (fetch again, do not cache). It is a performance hint:
-    every choice reads the same values. Loads the pipeline pass turns into async copies do not keep it."""
-    return _sem.load(pointer, mask, other, cache_modifier)
+    every choice reads the same values. Loads the pipeline pass turns into async copies do not keep it.
+    `l2_prefetch` (64, 128 or 256; 0: the hardware's default) is how many bytes around a missed address the L2
+    fetches from DRAM (PTX `.L2::256B`): for a stream read in 128-byte pieces, 256 brings the next piece in with
+    the current one, doubling the bytes in flight per load. Also a hint only."""
+    return _sem.load(pointer, mask, other, cache_modifier, l2_prefetch)
 
 
 @builtin

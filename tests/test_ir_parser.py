@@ -53,7 +53,7 @@ def build_all_ops_kernel() -> Module:
     mask = b.create1("mt.cmp", [offs, b.create1("mt.splat", [n], i64t)], b64, predicate="lt")
     b.loc = Location("plain.py", 40, 0)
     xv = b.create1("mt.load", [xs, mask, zeros], t64)
-    yv = b.create1("mt.load", [ys], t64, cache_modifier=".cg")
+    yv = b.create1("mt.load", [ys], t64, cache_modifier=".cg", l2_prefetch=256)
     b.create("mt.prefetch", [xs, mask], attrs={"level": "L1"})
     b.create("mt.prefetch", [y], attrs={"level": "L2"})
 

@@ -187,14 +187,14 @@ def copy_other(x_ptr, out_ptr, n, BLOCK: mt.constexpr, OTHER: mt.constexpr):
 
 @mt.kernel
 def prefetched_copy(x_ptr, out_ptr, n, BLOCK: mt.constexpr):
-    """Prefetches (contiguous runs, one pointer per line, a scalar; L1 and L2) then L2-only loads: the values are
-    those of a plain copy."""
+    """Prefetches (contiguous runs, one pointer per line, a scalar; L1 and L2) then L2-only loads with the L2's
+    256-byte fetch: the values are those of a plain copy."""
     offs = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK)
     mt.prefetch(x_ptr + offs, mask=offs < n)
     lines = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK // 32) * 32
     mt.prefetch(x_ptr + lines, mask=lines < n, level="L2")
     mt.prefetch(x_ptr)
-    mt.store(out_ptr + offs, mt.load(x_ptr + offs, mask=offs < n, other=0.0, cache_modifier=".cg"))
+    mt.store(out_ptr + offs, mt.load(x_ptr + offs, mask=offs < n, other=0.0, cache_modifier=".cg", l2_prefetch=256))
 
 
 # ----------------------------------------------------------------------------------------------- cases
@@ -320,7 +320,7 @@ CASES: dict[str, Case] = {
                             {"x_ptr": 16, "out_ptr": 16, "n": 16}),
                         (3,), lambda g: [_randn(g, 2500), nan_like((3072,), torch.float32), 2496], [1],
                         expect=[r"@%p\d+ prefetch\.global\.L1 \[%rd\d+\];", r"@%p\d+ prefetch\.global\.L2",
-                                r"ld\.global\.cg\.v4\.b32"]),
+                                r"ld\.global\.cg\.L2::256B\.v4\.b32"]),
     "scalars": Case(dsl(scalars, {"x_ptr": P(f32), "out_ptr": P(f32), "n": i32}),
                     (4,), lambda g: [_randn(g, 8), nan_like((4,), torch.float32),
                                      int(torch.randint(0, 10, (1,), generator=g))], [1],

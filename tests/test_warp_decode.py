@@ -952,7 +952,7 @@ V7_PROBLEMS = [  # (B, D, I, E, k, seed, ids): the routing / loop forms the v7 k
 V7_XITEM_PROBLEM = (2, 1280, 1024, 3, 2, 86, None)  # XITEM with gate_up 5 steps (tail 2), down 4 (tail 1)
 
 
-@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf"])
+@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf", "v7_u3c_cg_fl2"])
 def test_v7_kernels(interpret: None, variant: str) -> None:
     """The v7 kernels (scale words carried with the weights, gate / up in one thread, per-pair contributions
     summed by slot, the DSL routing; _x_cg_vpf: the next item's tables and first steps loaded during an item,

@@ -460,13 +460,16 @@ def _addptr(o: Operation) -> None:
 # PTX cache operators of a global load (Triton's `cache_modifier` spellings): .ca caches in L1 and L2, .cg in L2
 # only (skips L1), .cs streams (evict first), .lu is the last use, .cv re-fetches (volatile-like)
 CACHE_MODIFIERS = (".ca", ".cg", ".cs", ".lu", ".cv")
+# Bytes the L2 fetches from DRAM on a global load's miss (`ld.global.L2::256B`): the line pair around it, so a
+# stream that reads its rows 128 bytes at a time has its next line on the way without another request in flight
+L2_PREFETCH_BYTES = (64, 128, 256)
 PREFETCH_LEVELS = ("L1", "L2")
 CACHE_LINE_BYTES = 128  # what one mt.prefetch brings in (the tiling pass and the codegen size runs by it)
 
 
 @op("mt.load", "Reads pointee values; operands (ptr[, mask[, other]]). Masked-off lanes give `other` (else 0). "
-    "Optional attr `cache_modifier` (one of CACHE_MODIFIERS): the PTX cache operator of the global load.",
-    pure=False)
+    "Optional attr `cache_modifier` (one of CACHE_MODIFIERS): the PTX cache operator of the global load. Optional "
+    "attr `l2_prefetch` (one of L2_PREFETCH_BYTES): the bytes the L2 fetches on a miss.", pure=False)
 def _load(o: Operation) -> None:
     counts(o, (1, 2, 3), 1)
     p = o.operands[0].type
@@ -474,6 +477,8 @@ def _load(o: Operation) -> None:
         fail(o, f"first operand must be a pointer, got {p}")
     if "cache_modifier" in o.attrs and attr(o, "cache_modifier", str) not in CACHE_MODIFIERS:
         fail(o, f"cache_modifier must be one of {', '.join(CACHE_MODIFIERS)}, got {o.attrs['cache_modifier']!r}")
+    if "l2_prefetch" in o.attrs and attr(o, "l2_prefetch", int) not in L2_PREFETCH_BYTES:
+        fail(o, f"l2_prefetch must be one of {', '.join(map(str, L2_PREFETCH_BYTES))}, got {o.attrs['l2_prefetch']!r}")
     want = with_scalar(p, p.scalar.pointee)  # type: ignore[union-attr]
     if strip(o.result.type) != strip(want):
         fail(o, f"result must be {want}")

@@ -121,6 +121,10 @@ def load_bad_cache_modifier(x_ptr, n):
     y = mt.load(x_ptr, cache_modifier=".cx")  # ERR
 
 
+def load_bad_l2_prefetch(x_ptr, n):
+    y = mt.load(x_ptr, l2_prefetch=512)  # ERR
+
+
 def prefetch_bad_level(x_ptr, n):
     mt.prefetch(x_ptr + mt.arange(0, 16), level="L3")  # ERR
 
