@@ -568,6 +568,9 @@ class Semantic:
     def barrier(self) -> None:
         self.b.create("mt.barrier", [])
 
+    def fence(self) -> None:
+        self.b.create("mt.fence", [])
+
     def atomic_add(self, pointer: Any, value: Any, mask: Any) -> TileValue:
         p = self.pointer_operand(pointer, "atomic_add")
         v = self.cast(value, p.dtype.pointee)  # type: ignore[union-attr]

@@ -144,7 +144,12 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v7_u3c_f": (dict(_V7, flat=True), dict(_V7, flat=True)),
     "v7_u3c_fl2": (dict(_V7, flat=True, l2pf=256), dict(_V7, flat=True, l2pf=256)),
     "v7_u3c_cg_fl2": (dict(_V7, flat=True, l2pf=256, wcache=".cg"), dict(_V7, flat=True, l2pf=256, wcache=".cg")),
+    # the v7 kernels' items as one launch (moe_fused_kernel_v7: pairs as items, units claimed in order, the slot
+    # sum done by the last arriver), for B <= FUSED_MAX_BATCH
+    "v7_fused": (dict(_V7, fused=True), dict(_V7, fused=True)),
 }
+FUSED_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("fused"))
+FUSED_MAX_BATCH = 4  # pairs as items: without the routing's deduplication a shared expert is read once per pair
 H16_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("h_bf16"))
 # The weight layout (PreparedExperts.layout) each variant reads: prepare_experts(..., layout=variant_layout(name)).
 V6_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("layout") == "v6")
@@ -1571,6 +1576,110 @@ def sum_slots_kernel(part_ptr, out_ptr, n, SLOTS: mt.constexpr, BLOCK: mt.conste
     mt.store(out_ptr + i, total, mask=ok)
 
 
+# ------------------------------------------------------------------------------------------ one launch (fused)
+
+FUSED_SYNC_HEAD = 2  # the fused kernel's sync words: [0] the next unit to claim, [1] programs that have exited;
+# then ready[pair] (gate_up tiles of the pair's h written) and done[token, down tile] (pairs' parts written)
+
+
+@mt.func
+def signal(flag_ptr):
+    """Publish every write of this program to the programs that poll flag_ptr: the writes done (barrier), ordered
+    before the signal (fence), then +1 on the flag. Returns the flag's old value."""
+    mt.barrier()
+    mt.fence()
+    return mt.atomic_add(flag_ptr, 1)
+
+
+@mt.func
+def wait_for(flag_ptr, target):
+    """Poll the flag until it reaches target, then order this program's later reads after what was published."""
+    while mt.atomic_add(flag_ptr, 0) < target:
+        pass
+    mt.fence()
+
+
+@mt.func
+def fused_gate_up_unit(u, tiles, x_ptr, ids_ptr, wq_ptr, sw_ptr, h_ptr, ready_ptr, n_pairs, topk, D, I, row_blocks,
+                       NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF):
+    """gate_up unit u = (pair u // tiles, row tile u % tiles): gate_up_kernel_v7's item, then ready[pair] += 1."""
+    pair = u // tiles
+    tile = u % tiles
+    row_ok, q_off, neuron = gate_up_tile_v7(tile, I, row_blocks)
+    pairs, pair_ok, expert = item_v7(pair, n_pairs, ids_ptr, ids_ptr, ids_ptr, NT, False)
+    steps = (row_blocks + 7) // 8
+    wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, 2 * I, row_blocks, tiles * steps * 32, steps, tile)
+    lane = mt.arange(0, 32).reshape((8, 4))
+    blk_ht = mt.arange(0, 8).reshape((2, 4))
+    acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, x_ptr, (mt.where(pair_ok, pairs, 0) // topk) * D,
+                         pair_ok, D, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, False)
+    store_h_v7(acc, h_ptr, pairs, pair_ok, neuron, I)
+    signal(ready_ptr + pair)
+
+
+@mt.func
+def fused_down_unit(w, tiles, tiles_up, h_ptr, ids_ptr, wts_ptr, wq_ptr, sw_ptr, part_ptr, out_ptr, ready_ptr,
+                    done_ptr, n_pairs, topk, batch, D, I, row_blocks, NT, TOPK, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF):
+    """down unit w = (pair w // tiles, row tile w % tiles), once the pair's h is whole (ready[pair] == tiles_up):
+    down_kernel_v7's item; the last of a token's topk pairs to finish a tile adds the tile's topk slots (in one
+    tree, the same for every run) into out."""
+    pair = w // tiles
+    tile = w % tiles
+    d, row_ok, q_off = down_tile_v7(tile, D, row_blocks)
+    pairs, pair_ok, expert = item_v7(pair, n_pairs, ids_ptr, ids_ptr, ids_ptr, NT, False)
+    steps = (row_blocks + 7) // 8
+    wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, D, row_blocks, tiles * steps * 32, steps, tile)
+    lane = mt.arange(0, 32).reshape((8, 4))
+    blk_ht = mt.arange(0, 8).reshape((2, 4))
+    wait_for(ready_ptr + pair, tiles_up)
+    acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, h_ptr, mt.where(pair_ok, pairs, 0) * I, pair_ok, I,
+                         row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, False)
+    store_part_v7(acc, part_ptr, wts_ptr, pairs, pair_ok, d, row_ok, topk, batch, D)
+    b = pair // topk
+    if signal(done_ptr + b * tiles + tile) == topk - 1:
+        mt.fence()
+        j = mt.arange(0, TOPK)
+        slots = mt.load(part_ptr + ((j.to(mt.int64) * batch + b) * D)[:, None] + d[None, :],
+                        mask=(j < topk)[:, None] & row_ok[None, :], other=0.0, cache_modifier=".cg")
+        mt.store(out_ptr + b * D + d, mt.sum(slots, axis=0), mask=row_ok)
+
+
+@mt.kernel(min_blocks_per_sm=16)
+def moe_fused_kernel_v7(x_ptr, ids_ptr, wts_ptr, w13_ptr, sw13_ptr, w2_ptr, sw2_ptr, h_ptr, part_ptr, out_ptr,
+                        sync_ptr, n_pairs, topk, batch, D, I, rb13, rb2,
+                        NT: mt.constexpr, TOPK: mt.constexpr, FULL13: mt.constexpr, TAIL13: mt.constexpr,
+                        FULL2: mt.constexpr, TAIL2: mt.constexpr, WCACHE: mt.constexpr = "",
+                        L2PF: mt.constexpr = 0):
+    """The whole MoE layer in one launch (pairs as items: no routing tables; for small batches): every program
+    claims units in order from one counter, first the gate_up units (pair-major: pair 0's tiles first), then the
+    down units. A down unit waits until its pair's h is whole; it only ever waits for units claimed before it, by
+    programs that are running, so the grid may be any size. The last down unit of a (token, tile) sums the
+    token's slots (no third launch), and the last program to exit zeroes the sync words for the next launch. What
+    it removes against the three launches of _v7_decode: a kernel's ramp and tail (~10 us each for the K3 gate_up
+    stream at B = 1, tools/stream_pattern.py), the gaps between launches, and the slot-sum kernel."""
+    tiles_up = (I + 7) // 8
+    tiles_dn = ((D + 1) // 2 + 7) // 8
+    n_up = tiles_up * n_pairs
+    total = n_up + tiles_dn * n_pairs
+    ready_ptr = sync_ptr + FUSED_SYNC_HEAD
+    done_ptr = ready_ptr + n_pairs
+    u = mt.atomic_add(sync_ptr, 1)
+    while u < total:
+        if u < n_up:
+            fused_gate_up_unit(u, tiles_up, x_ptr, ids_ptr, w13_ptr, sw13_ptr, h_ptr, ready_ptr, n_pairs, topk, D,
+                               I, rb13, NT, FULL13, TAIL13, WCACHE, L2PF)
+        else:
+            fused_down_unit(u - n_up, tiles_dn, tiles_up, h_ptr, ids_ptr, wts_ptr, w2_ptr, sw2_ptr, part_ptr,
+                            out_ptr, ready_ptr, done_ptr, n_pairs, topk, batch, D, I, rb2, NT, TOPK, FULL2, TAIL2,
+                            WCACHE, L2PF)
+        u = mt.atomic_add(sync_ptr, 1)
+    if mt.atomic_add(sync_ptr + 1, 1) == mt.num_programs(0) - 1:  # every other program has left: reset
+        n_sync = FUSED_SYNC_HEAD + n_pairs + batch * tiles_dn
+        for i in range(0, n_sync, 128):
+            offs = i + mt.arange(0, 128)
+            mt.store(sync_ptr + offs, mt.zeros((128,), mt.int32), mask=offs < n_sync)
+
+
 # The same kernels capped at 128 registers (16 resident one-warp programs per SM), as the v6 defaults are.
 gate_up_kernel_v7_16 = mt.kernel(min_blocks_per_sm=16)(gate_up_kernel_v7.fn)
 down_kernel_v7_16 = mt.kernel(min_blocks_per_sm=16)(down_kernel_v7.fn)
@@ -1790,6 +1899,7 @@ class KernelConfig:
     flat: bool = False  # v7, not with xitem: a 1-D grid of resident programs deals the (tile, item) units round-robin
     # (splits, when set, is then the grid size)
     l2pf: int = 0  # v7: the L2's fetch size on a weight / scale-word load's miss (mt.load l2_prefetch: 64, 128, 256)
+    fused: bool = False  # v7, moe_decode only, B <= FUSED_MAX_BATCH: the whole layer in one launch (moe_fused_kernel_v7)
     routing: str = "torch"  # moe_decode's routing for this variant: "torch" (torch.sort + route_items_kernel; B = 1
     # tables of one pair per item) or "dsl" (route_sort_kernel, one launch; B = 1: items are the pairs, no tables)
 
@@ -1919,6 +2029,8 @@ def _check_config(config: KernelConfig) -> None:
     if (config.wcache or config.vpf or config.xitem or config.flat or config.l2pf) and config.layout != "v7":
         raise ValueError("config.wcache, config.vpf, config.xitem, config.flat and config.l2pf are options of the v7 "
                          "kernels")
+    if config.fused and (config.layout != "v7" or config.xitem or config.flat):
+        raise ValueError("config.fused is the one-launch form of the v7 kernels (not with xitem or flat)")
     if config.flat and config.xitem:
         raise ValueError("config.flat and config.xitem exclude each other (XITEM carries a program's next item)")
     if config.l2pf not in (0, 64, 128, 256):
@@ -2150,6 +2262,62 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     return out
 
 
+_FUSED_PLANS: dict[tuple, tuple] = {}  # _fused_decode's launch (grid, constexprs) per call shape
+_FUSED_SYNC: dict[tuple, torch.Tensor] = {}  # the fused kernel's sync words per (device, stream), zero between launches
+FUSED_INTERPRET_PROGRAMS = 3  # the grid under the interpreter (its programs run one after another)
+
+
+def _fused_sync(words: int, device: torch.device) -> torch.Tensor:
+    """Zeroed int32 sync words for moe_fused_kernel_v7 on this device and stream (each launch leaves them zero);
+    one buffer per stream, so launches on different streams never share counters."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    sync = _FUSED_SYNC.get(key)
+    if sync is None or sync.numel() < words:
+        sync = _FUSED_SYNC[key] = torch.zeros(max(words, 1024), dtype=torch.int32, device=device)
+    return sync
+
+
+def _fused_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: PreparedExperts,
+                  w2: PreparedExperts, variant: str, out_dtype: torch.dtype) -> torch.Tensor:
+    """moe_decode in one launch of moe_fused_kernel_v7 (variant in FUSED_VARIANTS, B <= FUSED_MAX_BATCH): no
+    routing (the pairs are the items), h and the per-pair parts in scratch tensors, the sync words zeroed by the
+    kernel itself. The grid is the GPU's resident programs (any size is correct: a unit only waits for units
+    claimed before it)."""
+    B, k = topk_ids.shape
+    key = (variant, x.device, tuple(x.shape), x.dtype, x.stride(), tuple(topk_ids.shape), topk_ids.dtype,
+           topk_weights.dtype, out_dtype, w13.layout, w2.layout, w13.num_experts, w13.rows, w13.k, w13.row_blocks,
+           w2.num_experts, w2.rows, w2.k, w2.row_blocks)
+    plan = _FUSED_PLANS.get(key)
+    if plan is None or x.device.type == "cpu":
+        _check_inputs(x, topk_ids, topk_weights, w13, w2)
+    if B > FUSED_MAX_BATCH:
+        raise ValueError(f"variant {variant!r} handles batches up to {FUSED_MAX_BATCH} (pairs as items), got {B}")
+    ids, weights = _flat_pairs(topk_ids, topk_weights)
+    P, I, D = B * k, w13.rows // 2, w2.rows
+    h = torch.empty((P, I), dtype=torch.bfloat16, device=x.device)
+    part = torch.empty((k, B, D), dtype=torch.float32, device=x.device)
+    out = torch.empty((B, D), dtype=out_dtype, device=x.device)
+    sync = _fused_sync(FUSED_SYNC_HEAD + P + B * mt.cdiv(v7_half(D), V7_GROUP), x.device)
+    args = (x, ids, weights, w13.words, w13.scale_words, w2.words, w2.scale_words, h, part, out, sync, P, k, B, D, I,
+            w13.row_blocks, w2.row_blocks)
+    if plan is None:
+        if w13.layout != "v7" or w2.layout != "v7":
+            raise ValueError(f"variant {variant!r} reads layout 'v7'; the experts are in {w13.layout!r} "
+                             f"(prepare_experts(..., layout='v7'))")
+        c13, c2 = (pick_config(w.row_blocks, P, True, variant, kind) for w, kind in ((w13, "gate_up"), (w2, "down")))
+        _check_config(c13)
+        m13, m2 = _v7_meta(w13, c13, V7_GROUP, False), _v7_meta(w2, c2, V7_GROUP, False)
+        meta = dict(NT=V7_GROUP, TOPK=1 << (k - 1).bit_length(), FULL13=m13["FULL_STEPS"], TAIL13=m13["UNROLL_TAIL"],
+                    FULL2=m2["FULL_STEPS"], TAIL2=m2["UNROLL_TAIL"], WCACHE=c13.wcache, L2PF=c13.l2pf, num_warps=1)
+        programs = (moe_fused_kernel_v7.resident_programs(*args, **meta) if x.device.type == "cuda"
+                    else FUSED_INTERPRET_PROGRAMS)
+        plan = _FUSED_PLANS[key] = (moe_fused_kernel_v7[(programs,)], meta)
+    launch, meta = plan
+    launch(*args, **meta)
+    return out
+
+
 def _down_v7(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torch.dtype,
              config: KernelConfig) -> torch.Tensor:
     """down on the v7 kernels: per-pair weighted contributions into fp32 [topk, B, D], then the topk slots of each
@@ -2222,6 +2390,8 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     """
     if use_dot is not False and dedup is None and isinstance(w13, PreparedExperts):  # the v7 host fast path
         v7 = V7_BF16_H_VARIANT if variant is None and h_precision == "bf16" and w13.layout == "v7" else variant
+        if v7 in FUSED_VARIANTS:
+            return _fused_decode(x, topk_ids, topk_weights, w13, w2, v7, out_dtype)
         if v7 in V7_VARIANTS and h_precision in H_PRECISIONS and DOT_VARIANTS[v7][0].get("routing") == "dsl":
             return _v7_decode(x, topk_ids, topk_weights, w13, w2, v7, out_dtype)
     _check_inputs(x, topk_ids, topk_weights, w13, w2)

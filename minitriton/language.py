@@ -20,7 +20,7 @@ from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, in
 __all__ = [
     "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
-    "store", "prefetch", "atomic_add", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where",
+    "store", "prefetch", "atomic_add", "fence", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where",
     "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin",
     "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum", "fma", "cdiv", "cast", "bitcast_split", "trans",
     "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert", "ring", "warp_specialize",
@@ -313,6 +313,17 @@ def expand_dims(x: Any, axis: int, _sem: Any = None) -> Any:
 
 
 # -------------------------------------------------------------------------------------- compile time
+
+
+@builtin
+def fence(_sem: Any = None) -> None:
+    """A GPU-scope memory fence (PTX `fence.acq_rel.gpu`) in every thread: the thread's memory accesses before it
+    are ordered before its accesses after it, as every program on the device sees them. It is what makes a flag
+    between programs safe. To publish data: write it, `mt.barrier()` (every thread's writes done), `mt.fence()`,
+    then signal with `mt.atomic_add(flag, 1)`. To consume it: poll the flag (`mt.atomic_add(flag, 0)` in a while
+    loop) until it says ready, `mt.fence()`, then read. Programs that wait on other programs must all be running
+    at once (or wait only on work claimed before theirs): the GPU does not preempt a spinning program."""
+    return _sem.fence()
 
 
 @builtin

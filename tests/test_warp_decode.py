@@ -991,6 +991,40 @@ def test_v7_kernels(interpret: None, variant: str) -> None:
         wd.moe_decode(p.x, p.ids, p.weights, *p.prepare("v6"), variant=variant)
 
 
+FUSED_PROBLEMS = [  # (B, D, I, E, k, seed): moe_fused_kernel_v7's unit orders and loop forms
+    (1, 768, 64, 4, 3, 81),  # whole steps, gate_up 3 steps (tail 0), down 1 masked step
+    (3, 70, 38, 5, 2, 82),  # partial blocks, masked steps, odd D
+    (4, 256, 48, 3, 4, 88),  # 16 pairs on 3 experts: tokens routing one expert two or three times
+]
+
+
+@pytest.mark.parametrize("programs", [1, 3, 64])
+def test_v7_fused_one_launch(interpret: None, monkeypatch: pytest.MonkeyPatch, programs: int) -> None:
+    """The whole layer in one launch (variant v7_fused): against float64 within H16_BOUND and against the v7
+    kernels' three launches within 1e-6 (the slot sum is a tree instead of a sequence); any grid gives the same
+    bits (1 program: every unit in order; 64: more programs than units at the small shapes, most claim nothing);
+    the sync words are zero again after every launch, so a second call gives the same result; B above
+    FUSED_MAX_BATCH is refused."""
+    monkeypatch.setattr(wd, "FUSED_INTERPRET_PROGRAMS", programs)
+    wd._FUSED_PLANS.clear()
+    for B, D, I, E, k, seed in FUSED_PROBLEMS:
+        gen = torch.Generator().manual_seed(seed)
+        p = Problem(B, D=D, I=I, E=E, k=k, seed=seed,
+                    ids=torch.randint(0, E, (B, k), generator=gen) if E < k else None)
+        w13, w2 = p.prepare("v7")
+        ref, _ = p.reference()
+        out = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v7_fused")
+        assert rel_err(out, ref) <= H16_BOUND
+        three = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v7_u3c")
+        assert rel_err(out, three) <= 1e-6
+        assert not int(wd._FUSED_SYNC[(torch.device("cpu"), 0)].abs().sum())
+        again = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant="v7_fused")
+        assert torch.equal(again, out.to(torch.bfloat16))
+    with pytest.raises(ValueError, match="batches up to"):
+        p = Problem(wd.FUSED_MAX_BATCH + 1, D=64, I=32, E=4, k=2, seed=89)
+        wd.moe_decode(p.x, p.ids, p.weights, *p.prepare("v7"), variant="v7_fused")
+
+
 def test_v7_defaults_and_checks(interpret: None) -> None:
     """v7 experts run the v7 kernels by default (AUTO_LAYOUT gives v6 until measured: switching the default is
     that one constant), the v6 variants read them as v6, the v7 variant with the torch routing equals the DSL one, and the
@@ -1131,6 +1165,8 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
                                        wd.prepare_experts(*w2_raw, layout="v6"))}
     experts["v7"] = tuple(wd.with_scale_words(w) for w in experts["v6"])
     for variant in wd.DOT_VARIANTS:  # every mt.dot variant (tools/warp_decode_ab.py times them), on its layout
+        if variant in wd.FUSED_VARIANTS and B > wd.FUSED_MAX_BATCH:
+            continue
         got = wd.moe_decode(x, ids, weights, *experts[wd.variant_layout(variant)], out_dtype=torch.float32,
                             use_dot=True, variant=variant)
         err, bound = rel_err(got, ref), H16_BOUND if variant in wd.H16_VARIANTS else BOUND_DOT
@@ -1141,6 +1177,12 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
     v7 = wd.moe_decode(x, ids, weights, *experts["v7"], out_dtype=torch.float32)  # v7_u3c, the DSL routing
     assert torch.equal(v7, wd.moe_decode(x, ids, weights, *experts["v7"], out_dtype=torch.float32))  # deterministic
     assert rel_err(v7, ref) <= H16_BOUND
+    if B <= wd.FUSED_MAX_BATCH:  # the one-launch kernel: every call the same bits, its sync words left zero
+        fused = [wd.moe_decode(x, ids, weights, *experts["v7"], out_dtype=torch.float32, variant="v7_fused")
+                 for _ in range(3)]
+        assert all(torch.equal(f, fused[0]) for f in fused) and rel_err(fused[0], ref) <= H16_BOUND
+        assert rel_err(fused[0], v7) <= 1e-6
+        assert not any(int(sync.abs().sum()) for sync in wd._FUSED_SYNC.values())
 
 
 @pytest.mark.gpu

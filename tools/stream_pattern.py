@@ -12,6 +12,7 @@ three steps of loads in flight as the kernel carries them, and sum the words (so
   tile       the same bytes with each step's 16 x 128 bytes stored together: a warp streams 2 KB contiguous a step
   rows_l2    rows, the loads with l2_prefetch=256
   rows_cg    rows, the loads .cg
+  depth N    rows with N steps of loads in flight per warp (1 .. 14: the whole tile at once)
 
 Prints GB/s (bytes read / time, do_bench with the L2 flushed) and the fraction of the copy bandwidth.
 """
@@ -30,6 +31,7 @@ from benchmarks import harness  # noqa: E402
 
 ROW_WORDS = 448  # 1792 bytes: a K3 W13 row of MXFP4 weights
 STEPS = ROW_WORDS // 32  # 128 bytes of each row a step
+DEPTHS = (1, 2, 3, 4, 6, 8, 14)  # steps in flight per warp (stream_tiles_deep, the rows pattern)
 
 
 @mt.kernel(min_blocks_per_sm=16)
@@ -52,6 +54,26 @@ def stream_tiles(src_ptr, out_ptr, row_stride, step_stride, CACHE: mt.constexpr,
         acc += c
         c = mt.load(at + mt.minimum(s + 5, STEPS - 1) * step_stride, cache_modifier=CACHE, l2_prefetch=L2PF)
     acc += a + b  # STEPS = 14: 12 in the loop, steps 12 and 13 are a and b
+    mt.store(out_ptr + tile * 512 + r[:, None] * 32 + w[None, :], acc)
+
+
+@mt.kernel(min_blocks_per_sm=16)
+def stream_tiles_deep(src_ptr, out_ptr, row_stride, step_stride, DEPTH: mt.constexpr):
+    """stream_tiles with DEPTH steps of loads in flight (the 14 steps unrolled, a queue of DEPTH loaded tiles): how
+    far bytes in flight per warp move the bandwidth at 16 one-warp programs per SM."""
+    tile = mt.program_id(0).to(mt.int64)
+    r = mt.arange(0, 16)
+    w = mt.arange(0, 32)
+    at = src_ptr + tile * (16 * ROW_WORDS) + (r[:, None] * row_stride + w[None, :])
+    ahead = ()
+    for s in mt.static_range(DEPTH):
+        ahead = ahead + (mt.load(at + s * step_stride),)
+    acc = mt.zeros((16, 32), mt.int32)
+    for s in mt.static_range(STEPS):
+        if s + DEPTH < STEPS:
+            ahead = ahead + (mt.load(at + (s + DEPTH) * step_stride),)
+        acc += ahead[0]
+        ahead = ahead[1:]
     mt.store(out_ptr + tile * 512 + r[:, None] * 32 + w[None, :], acc)
 
 
@@ -98,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         us = harness.do_bench(call) * 1e3
         print(f"{name:8s} | {us:6.1f} | {nbytes / us / 1e6:5.2f} | {nbytes / us * 1e6 / copy_bw:.0%}", flush=True)
+    for depth in DEPTHS:
+        call = lambda: stream_tiles_deep[(tiles,)](src, out, ROW_WORDS, 32, DEPTH=depth, num_warps=1)
+        out.fill_(0x7FFFFFFF)
+        call()
+        if not torch.equal(out, reference(src, tiles, ROW_WORDS, 32)):
+            print(f"depth {depth:2d} | WRONG SUMS")
+            continue
+        us = harness.do_bench(call) * 1e3
+        print(f"depth {depth:2d} | {us:6.1f} | {nbytes / us / 1e6:5.2f} | {nbytes / us * 1e6 / copy_bw:.0%}", flush=True)
     return 0
 
 

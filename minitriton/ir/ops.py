@@ -519,6 +519,14 @@ def _barrier(o: Operation) -> None:
     counts(o, 0, 0)
 
 
+@op("mt.fence", "A GPU-scope memory fence (fence.acq_rel.gpu) in each thread: its memory accesses before the fence "
+    "are ordered before those after it, for every program on the device. With an atomic it makes the release / "
+    "acquire of a flag between programs: writes; mt.barrier; mt.fence; atomic signal, and atomic poll; mt.fence; "
+    "reads.", pure=False)
+def _fence(o: Operation) -> None:
+    counts(o, 0, 0)
+
+
 @op("mt.atomic_add", "Atomically adds `value` at ptr and returns the old values; (ptr, value[, mask]).", pure=False)
 def _atomic_add(o: Operation) -> None:
     counts(o, (2, 3), 1)
