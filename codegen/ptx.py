@@ -336,7 +336,7 @@ def lower_barrier(ctx: KernelContext, op: Operation) -> None:
 
 
 def lower_fence(ctx: KernelContext, op: Operation) -> None:
-    ctx.emit("fence.acq_rel.gpu;")
+    ctx.emit(f"fence.{op.attrs['sem']}.gpu;")
 
 
 LOWERINGS: dict[str, Lowering] = {

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from minitriton.errors import CompilationError
 from minitriton.ir import Builder, Value
 from minitriton.ir.numeric import round_float, wrap_int
-from minitriton.ir.ops import CACHE_MODIFIERS, L2_PREFETCH_BYTES, PREFETCH_LEVELS
+from minitriton.ir.ops import CACHE_MODIFIERS, FENCE_SEMANTICS, L2_PREFETCH_BYTES, PREFETCH_LEVELS
 from minitriton.ir.types import (PointerType, ScalarType, TensorDescType, TensorType, Type, bf16, f16, f32, f64, i1,
                                  i32, i64, is_power_of_two, with_scalar)
 
@@ -568,8 +568,10 @@ class Semantic:
     def barrier(self) -> None:
         self.b.create("mt.barrier", [])
 
-    def fence(self) -> None:
-        self.b.create("mt.fence", [])
+    def fence(self, sem: Any) -> None:
+        if sem not in FENCE_SEMANTICS:
+            raise error(f"fence(sem=...) must be one of {', '.join(map(repr, FENCE_SEMANTICS))}, got {sem!r}")
+        self.b.create("mt.fence", [], attrs={"sem": sem})
 
     def atomic_add(self, pointer: Any, value: Any, mask: Any) -> TileValue:
         p = self.pointer_operand(pointer, "atomic_add")

@@ -1583,11 +1583,20 @@ FUSED_SYNC_HEAD = 2  # the fused kernel's sync words: [0] the next unit to claim
 
 
 @mt.func
+def claim_then_signal(sync_ptr, flag_ptr):
+    """At a unit's end: claim the program's next unit, then signal flag_ptr. The claim goes first so that its
+    round trip overlaps the release fence's wait for the unit's stores. Returns (next unit, the flag's old
+    value)."""
+    nxt = mt.atomic_add(sync_ptr, 1)
+    return nxt, signal(flag_ptr)
+
+
+@mt.func
 def signal(flag_ptr):
     """Publish every write of this program to the programs that poll flag_ptr: the writes done (barrier), ordered
     before the signal (fence), then +1 on the flag. Returns the flag's old value."""
     mt.barrier()
-    mt.fence()
+    mt.fence("release")  # no L1 invalidation (an acq_rel fence is also a CCTL.IVALL of the SM's L1)
     return mt.atomic_add(flag_ptr, 1)
 
 
@@ -1596,13 +1605,14 @@ def wait_for(flag_ptr, target):
     """Poll the flag until it reaches target, then order this program's later reads after what was published."""
     while mt.atomic_add(flag_ptr, 0) < target:
         pass
-    mt.fence()
+    mt.fence("acquire")
 
 
 @mt.func
-def fused_gate_up_unit(u, tiles, x_ptr, ids_ptr, wq_ptr, sw_ptr, h_ptr, ready_ptr, n_pairs, topk, D, I, row_blocks,
-                       NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF):
-    """gate_up unit u = (pair u // tiles, row tile u % tiles): gate_up_kernel_v7's item, then ready[pair] += 1."""
+def fused_gate_up_unit(u, tiles, x_ptr, ids_ptr, wq_ptr, sw_ptr, h_ptr, sync_ptr, ready_ptr, n_pairs, topk, D, I,
+                       row_blocks, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF):
+    """gate_up unit u = (pair u // tiles, row tile u % tiles): gate_up_kernel_v7's item, then the next claim and
+    ready[pair] += 1. Returns the next unit."""
     pair = u // tiles
     tile = u % tiles
     row_ok, q_off, neuron = gate_up_tile_v7(tile, I, row_blocks)
@@ -1614,15 +1624,17 @@ def fused_gate_up_unit(u, tiles, x_ptr, ids_ptr, wq_ptr, sw_ptr, h_ptr, ready_pt
     acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, x_ptr, (mt.where(pair_ok, pairs, 0) // topk) * D,
                          pair_ok, D, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, False)
     store_h_v7(acc, h_ptr, pairs, pair_ok, neuron, I)
-    signal(ready_ptr + pair)
+    nxt, _ = claim_then_signal(sync_ptr, ready_ptr + pair)
+    return nxt
 
 
 @mt.func
-def fused_down_unit(w, tiles, tiles_up, h_ptr, ids_ptr, wts_ptr, wq_ptr, sw_ptr, part_ptr, out_ptr, ready_ptr,
-                    done_ptr, n_pairs, topk, batch, D, I, row_blocks, NT, TOPK, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF):
+def fused_down_unit(w, tiles, tiles_up, h_ptr, ids_ptr, wts_ptr, wq_ptr, sw_ptr, part_ptr, out_ptr, sync_ptr,
+                    ready_ptr, done_ptr, n_pairs, topk, batch, D, I, row_blocks, NT, TOPK, FULL_STEPS, UNROLL_TAIL,
+                    WCACHE, L2PF):
     """down unit w = (pair w // tiles, row tile w % tiles), once the pair's h is whole (ready[pair] == tiles_up):
     down_kernel_v7's item; the last of a token's topk pairs to finish a tile adds the tile's topk slots (in one
-    tree, the same for every run) into out."""
+    tree, the same for every run) into out. Returns the program's next unit (claimed before the signal)."""
     pair = w // tiles
     tile = w % tiles
     d, row_ok, q_off = down_tile_v7(tile, D, row_blocks)
@@ -1636,12 +1648,14 @@ def fused_down_unit(w, tiles, tiles_up, h_ptr, ids_ptr, wts_ptr, wq_ptr, sw_ptr,
                          row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, False)
     store_part_v7(acc, part_ptr, wts_ptr, pairs, pair_ok, d, row_ok, topk, batch, D)
     b = pair // topk
-    if signal(done_ptr + b * tiles + tile) == topk - 1:
-        mt.fence()
+    nxt, arrived = claim_then_signal(sync_ptr, done_ptr + b * tiles + tile)
+    if arrived == topk - 1:
+        mt.fence("acquire")
         j = mt.arange(0, TOPK)
         slots = mt.load(part_ptr + ((j.to(mt.int64) * batch + b) * D)[:, None] + d[None, :],
                         mask=(j < topk)[:, None] & row_ok[None, :], other=0.0, cache_modifier=".cg")
         mt.store(out_ptr + b * D + d, mt.sum(slots, axis=0), mask=row_ok)
+    return nxt
 
 
 @mt.kernel(min_blocks_per_sm=16)
@@ -1666,13 +1680,12 @@ def moe_fused_kernel_v7(x_ptr, ids_ptr, wts_ptr, w13_ptr, sw13_ptr, w2_ptr, sw2_
     u = mt.atomic_add(sync_ptr, 1)
     while u < total:
         if u < n_up:
-            fused_gate_up_unit(u, tiles_up, x_ptr, ids_ptr, w13_ptr, sw13_ptr, h_ptr, ready_ptr, n_pairs, topk, D,
-                               I, rb13, NT, FULL13, TAIL13, WCACHE, L2PF)
+            u = fused_gate_up_unit(u, tiles_up, x_ptr, ids_ptr, w13_ptr, sw13_ptr, h_ptr, sync_ptr, ready_ptr,
+                                   n_pairs, topk, D, I, rb13, NT, FULL13, TAIL13, WCACHE, L2PF)
         else:
-            fused_down_unit(u - n_up, tiles_dn, tiles_up, h_ptr, ids_ptr, wts_ptr, w2_ptr, sw2_ptr, part_ptr,
-                            out_ptr, ready_ptr, done_ptr, n_pairs, topk, batch, D, I, rb2, NT, TOPK, FULL2, TAIL2,
-                            WCACHE, L2PF)
-        u = mt.atomic_add(sync_ptr, 1)
+            u = fused_down_unit(u - n_up, tiles_dn, tiles_up, h_ptr, ids_ptr, wts_ptr, w2_ptr, sw2_ptr, part_ptr,
+                                out_ptr, sync_ptr, ready_ptr, done_ptr, n_pairs, topk, batch, D, I, rb2, NT, TOPK,
+                                FULL2, TAIL2, WCACHE, L2PF)
     if mt.atomic_add(sync_ptr + 1, 1) == mt.num_programs(0) - 1:  # every other program has left: reset
         n_sync = FUSED_SYNC_HEAD + n_pairs + batch * tiles_dn
         for i in range(0, n_sync, 128):

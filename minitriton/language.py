@@ -316,14 +316,17 @@ def expand_dims(x: Any, axis: int, _sem: Any = None) -> Any:
 
 
 @builtin
-def fence(_sem: Any = None) -> None:
-    """A GPU-scope memory fence (PTX `fence.acq_rel.gpu`) in every thread: the thread's memory accesses before it
-    are ordered before its accesses after it, as every program on the device sees them. It is what makes a flag
-    between programs safe. To publish data: write it, `mt.barrier()` (every thread's writes done), `mt.fence()`,
-    then signal with `mt.atomic_add(flag, 1)`. To consume it: poll the flag (`mt.atomic_add(flag, 0)` in a while
-    loop) until it says ready, `mt.fence()`, then read. Programs that wait on other programs must all be running
-    at once (or wait only on work claimed before theirs): the GPU does not preempt a spinning program."""
-    return _sem.fence()
+def fence(sem: str = "acq_rel", _sem: Any = None) -> None:
+    """A GPU-scope memory fence (PTX `fence.<sem>.gpu`) in every thread, as every program on the device sees the
+    thread's accesses: "release" orders its accesses before the fence before its writes after it, "acquire" its
+    reads before the fence before its accesses after it, "acq_rel" (the default) both. It is what makes a flag
+    between programs safe. To publish data: write it, `mt.barrier()` (every thread's writes done),
+    `mt.fence("release")`, then signal with `mt.atomic_add(flag, 1)`. To consume it: poll the flag
+    (`mt.atomic_add(flag, 0)` in a while loop) until it says ready, `mt.fence("acquire")`, then read. An acquire
+    invalidates the SM's L1 on Hopper (every program on the SM then misses there once): fence only where needed.
+    Programs that wait on other programs must all be running at once, or wait only on work claimed before theirs:
+    the GPU does not preempt a spinning program."""
+    return _sem.fence(sem)
 
 
 @builtin

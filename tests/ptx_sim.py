@@ -555,7 +555,7 @@ class CTA:
             self.tc.fence(mods, mask)
         if self.tma is not None:
             self.tma.fence(mods, mask)
-        elif mods[:2] != ["proxy", "async"] and mods[0] != "mbarrier_init" and mods != ["acq_rel", "gpu"]:
+        elif mods[:2] != ["proxy", "async"] and mods[0] != "mbarrier_init" and mods not in (["acq_rel", "gpu"], ["release", "gpu"], ["acquire", "gpu"]):
             raise SimError(f"unsupported fence.{'.'.join(mods)}")
 
     def op_ldmatrix(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:

@@ -175,7 +175,7 @@ class TmaUnit:
         if mods[:2] == ["proxy", "async"]:
             active = np.flatnonzero(mask)
             self.unfenced[np.isin(self.unfenced, active)] = -1
-        elif mods[0] != "mbarrier_init" and mods != ["acq_rel", "gpu"]:
+        elif mods[0] != "mbarrier_init" and mods not in (["acq_rel", "gpu"], ["release", "gpu"], ["acquire", "gpu"]):
             raise SimError(f"unsupported fence.{'.'.join(mods)}")
 
     def barrier_at(self, op: str, mask: np.ndarray) -> tuple[int, MBarrier | None]:

@@ -519,12 +519,18 @@ def _barrier(o: Operation) -> None:
     counts(o, 0, 0)
 
 
-@op("mt.fence", "A GPU-scope memory fence (fence.acq_rel.gpu) in each thread: its memory accesses before the fence "
-    "are ordered before those after it, for every program on the device. With an atomic it makes the release / "
-    "acquire of a flag between programs: writes; mt.barrier; mt.fence; atomic signal, and atomic poll; mt.fence; "
-    "reads.", pure=False)
+FENCE_SEMANTICS = ("acq_rel", "release", "acquire")
+
+
+@op("mt.fence", "A GPU-scope memory fence in each thread, attr `sem` one of FENCE_SEMANTICS (fence.<sem>.gpu): "
+    "release orders the thread's accesses before it before its writes after it, acquire its reads before it "
+    "before its accesses after it (on Hopper it invalidates the SM's L1), acq_rel both, for every program on the "
+    "device. With atomics it makes a flag between programs: writes; mt.barrier; fence release; atomic signal, and "
+    "atomic poll; fence acquire; reads.", pure=False)
 def _fence(o: Operation) -> None:
     counts(o, 0, 0)
+    if attr(o, "sem", str) not in FENCE_SEMANTICS:
+        fail(o, f"sem must be one of {', '.join(FENCE_SEMANTICS)}, got {o.attrs['sem']!r}")
 
 
 @op("mt.atomic_add", "Atomically adds `value` at ptr and returns the old values; (ptr, value[, mask]).", pure=False)
