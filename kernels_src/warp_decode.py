@@ -182,8 +182,17 @@ V6_BF16_H_VARIANT, V6_FP32_H_VARIANT = "v6_u3c", "v6_u3c_fp32h"
 # 1466.2 / 4151.1; the fastest v7 variant or within 4% at every batch. The notes' predicted best, v7_u3c_x_cg_vpf,
 # measured the slowest v7 (172.1 / 472.8 / 1519.3 / 4405.0). The per-item scalar bases (f2378ba: -2 SASS a step)
 # and the host fast path came after those runs: CPU-verified (interpreter, PTX simulator), not yet re-timed.
-V7_BF16_H_VARIANT = "v7_u3c"
+# From B = 16 (LARGE_BATCH) the flat grid with the L2's 256-byte fetch (v7_u3c_fl2) is the default: measured on the
+# H200 2026-12-02 (tools/warp_decode_ab.py, same runs) at 1183.4 / 1163.0 us at B = 16 against v7_u3c's 1254.0 /
+# 1223.1, and 3461.6 / 3440.9 at B = 64 against 3551.4 / 3445.1; below 16 it gains nothing (B = 1: 114.5 against
+# 110.5, B = 4: 360.9 against 361.9).
+V7_BF16_H_VARIANT, V7_LARGE_BATCH_VARIANT = "v7_u3c", "v7_u3c_fl2"
 AUTO_LAYOUT = "v7"
+
+
+def v7_default_variant(batch: int) -> str:
+    """The v7 variant moe_decode runs on v7 experts with h in bf16 when none is named, by batch, as measured."""
+    return V7_LARGE_BATCH_VARIANT if batch >= LARGE_BATCH else V7_BF16_H_VARIANT
 
 
 def variant_layout(variant: str) -> str:
@@ -195,7 +204,7 @@ def default_variant(batch: int, h_precision: str = "bf16", layout: str = "v5") -
     """The mt.dot variant moe_decode runs when none is named: by the experts' layout, then h rounded to bf16 (the
     default) or kept at fp32 level (two bf16 parts), then by batch size, as measured."""
     if layout == "v7" and h_precision in H_PRECISIONS:
-        return V7_BF16_H_VARIANT if h_precision == "bf16" else V6_FP32_H_VARIANT
+        return v7_default_variant(batch) if h_precision == "bf16" else V6_FP32_H_VARIANT
     if layout == "v6" and h_precision in H_PRECISIONS:
         return V6_BF16_H_VARIANT if h_precision == "bf16" else V6_FP32_H_VARIANT
     if h_precision == "bf16":
@@ -2402,7 +2411,8 @@ def moe_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     Returns out_dtype [B, D] = sum_j w[b, j] * W2[e] @ (silu(W13[e, :I] @ x_b) * (W13[e, I:] @ x_b)), e = ids[b, j].
     """
     if use_dot is not False and dedup is None and isinstance(w13, PreparedExperts):  # the v7 host fast path
-        v7 = V7_BF16_H_VARIANT if variant is None and h_precision == "bf16" and w13.layout == "v7" else variant
+        v7 = (v7_default_variant(x.shape[0]) if variant is None and h_precision == "bf16" and w13.layout == "v7"
+              else variant)
         if v7 in FUSED_VARIANTS:
             return _fused_decode(x, topk_ids, topk_weights, w13, w2, v7, out_dtype)
         if v7 in V7_VARIANTS and h_precision in H_PRECISIONS and DOT_VARIANTS[v7][0].get("routing") == "dsl":

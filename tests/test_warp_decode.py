@@ -1030,6 +1030,7 @@ def test_v7_defaults_and_checks(interpret: None) -> None:
     that one constant), the v6 variants read them as v6, the v7 variant with the torch routing equals the DSL one, and the
     v7 configs refuse what the kernels do not do."""
     assert wd.default_variant(4, "bf16", "v7") == wd.V7_BF16_H_VARIANT in wd.V7_VARIANTS
+    assert wd.default_variant(wd.LARGE_BATCH, "bf16", "v7") == wd.V7_LARGE_BATCH_VARIANT in wd.V7_VARIANTS
     assert wd.AUTO_LAYOUT in ("v6", "v7")  # "v7": the one-line switch of the default, once measured
     assert wd.default_variant(4, "fp32", "v7") == "v6_u3c_fp32h" and wd.V7_VARIANTS <= wd.H16_VARIANTS
     p = Problem(3, D=256, I=32, E=4, k=2, seed=84)
@@ -1189,7 +1190,8 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
 @gpu
 def test_gpu_cuda_graph_replay_with_new_routing(monkeypatch: pytest.MonkeyPatch) -> None:
     """moe_decode at B = 4 captured in a CUDA graph, replayed after the routing and x changed in place: equals an
-    eager call (the routing prep never reads device data on the host)."""
+    eager call (the routing prep never reads device data on the host); the same for the v7 kernels and for the
+    one-launch v7_fused (replayed twice: its sync words are zero again after each launch)."""
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
     w13, w2 = (wd.prepare_experts(*raw) for raw in k3_width_layer())
     gen = torch.Generator().manual_seed(5)
@@ -1223,3 +1225,12 @@ def test_gpu_cuda_graph_replay_with_new_routing(monkeypatch: pytest.MonkeyPatch)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, wd.moe_decode(x, ids, weights, *v7))
+    with torch.cuda.graph(graph := torch.cuda.CUDAGraph()):  # the one-launch kernel: sync words reset in-kernel
+        out = wd.moe_decode(x, ids, weights, *v7, variant="v7_fused")
+    for _ in range(2):
+        for t, new in zip((x, ids, weights), inputs()):
+            t.copy_(new)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, wd.moe_decode(x, ids, weights, *v7, variant="v7_fused"))
