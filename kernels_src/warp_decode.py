@@ -147,6 +147,8 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     # the v7 kernels' items as one launch (moe_fused_kernel_v7: pairs as items, units claimed in order, the slot
     # sum done by the last arriver), for B <= FUSED_MAX_BATCH
     "v7_fused": (dict(_V7, fused=True), dict(_V7, fused=True)),
+    # v7_u3c whose down kernel adds the slots itself where the pairs are the items (B = 1): two launches
+    "v7_u3c_s": (_V7, dict(_V7, sums=True)),
 }
 FUSED_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("fused"))
 FUSED_MAX_BATCH = 4  # pairs as items: without the routing's deduplication a shared expert is read once per pair
@@ -1524,14 +1526,18 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
 
 
 @mt.kernel
-def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, sw_ptr, part_ptr,
-                   n_pairs, topk, batch, D, I, row_blocks,
+def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr, sw_ptr, part_ptr, out_ptr,
+                   flag_ptr, n_pairs, topk, batch, D, I, row_blocks,
                    NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
                    UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", L2PF: mt.constexpr = 0,
-                   VPF: mt.constexpr = False, XITEM: mt.constexpr = False, FLAT: mt.constexpr = False):
+                   VPF: mt.constexpr = False, XITEM: mt.constexpr = False, FLAT: mt.constexpr = False,
+                   SUMS: mt.constexpr = False, TOPK: mt.constexpr = 1):
     """part[j, b, d] = w[b, j] * (W2[e_bj, d] . h[b * topk + j]) (fp32 [topk, batch, D]) for every routed pair,
     on the v7 layout (program (i, s): rows d = 8 i + g and half + 8 i + g, every num_programs(1)-th item from s);
-    sum_slots_kernel then adds the topk slots of each token in order. XITEM, FLAT, L2PF: as gate_up_kernel_v7's."""
+    sum_slots_kernel then adds the topk slots of each token in order. XITEM, FLAT, L2PF: as gate_up_kernel_v7's.
+    SUMS (pairs as items, not with XITEM): no sum_slots_kernel; the last of a token's pairs to finish a row tile
+    adds the tile's slots into out (bf16 or fp32 [batch, D]) itself, counted on flag_ptr[b * tiles + tile]
+    (int32, zero before the launch and zeroed again by that last pair; TOPK: topk rounded up to a power of two)."""
     d, row_ok, q_off = down_tile_v7(mt.program_id(0), D, row_blocks)
     tiles = ((D + 1) // 2 + 7) // 8
     steps = (row_blocks + 7) // 8
@@ -1571,6 +1577,12 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
             acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, h_ptr, mt.where(pair_ok, pair, 0) * I,
                                  pair_ok, I, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, VPF)
             store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D)
+            if SUMS:
+                b = it // topk
+                flag = flag_ptr + b * tiles + tile
+                if signal(flag) == topk - 1:
+                    add_token_slots(part_ptr, out_ptr, b, d, row_ok, topk, batch, D, TOPK)
+                    mt.store(flag, 0)
 
 
 @mt.kernel
@@ -1659,12 +1671,19 @@ def fused_down_unit(w, tiles, tiles_up, h_ptr, ids_ptr, wts_ptr, wq_ptr, sw_ptr,
     b = pair // topk
     nxt, arrived = claim_then_signal(sync_ptr, done_ptr + b * tiles + tile)
     if arrived == topk - 1:
-        mt.fence("acquire")
-        j = mt.arange(0, TOPK)
-        slots = mt.load(part_ptr + ((j.to(mt.int64) * batch + b) * D)[:, None] + d[None, :],
-                        mask=(j < topk)[:, None] & row_ok[None, :], other=0.0, cache_modifier=".cg")
-        mt.store(out_ptr + b * D + d, mt.sum(slots, axis=0), mask=row_ok)
+        add_token_slots(part_ptr, out_ptr, b, d, row_ok, topk, batch, D, TOPK)
     return nxt
+
+
+@mt.func
+def add_token_slots(part_ptr, out_ptr, b, d, row_ok, topk, batch, D, TOPK):
+    """out[b, d] = the sum of token b's topk slots part[j, b, d] (one tree, the same every run), by the program whose
+    signal completed them: an acquire fence, then the slots from L2."""
+    mt.fence("acquire")
+    j = mt.arange(0, TOPK)
+    slots = mt.load(part_ptr + ((j.to(mt.int64) * batch + b) * D)[:, None] + d[None, :],
+                    mask=(j < topk)[:, None] & row_ok[None, :], other=0.0, cache_modifier=".cg")
+    mt.store(out_ptr + b * D + d, mt.sum(slots, axis=0), mask=row_ok)
 
 
 @mt.kernel(min_blocks_per_sm=16)
@@ -1710,6 +1729,7 @@ down_kernel_v7_16 = mt.kernel(min_blocks_per_sm=16)(down_kernel_v7.fn)
 _V7_TABLES = "ids_ptr:*i32:16,pairs_ptr:*i32:16,first_ptr:*i32:16,n_items_ptr:*i32:16,wq_ptr:*i32:16,sw_ptr:*i32:16"
 down_kernel_v7.specialize(
     signature=f"h_ptr:*bf16:16,{_V7_TABLES.replace('pairs_ptr', 'wts_ptr:*fp32:16,pairs_ptr')},part_ptr:*fp32:16,"
+              "out_ptr:*bf16:16,flag_ptr:*i32:16,"
               "n_pairs:i32:16,topk:i32:16,batch:i32:16,D:i32:16,I:i32:16,row_blocks:i32:16", NT=8, DEDUP=True,
     FULL_STEPS=True, UNROLL_TAIL=0, WCACHE=".cg", VPF=True, XITEM=True, num_warps=1)
 sum_slots_kernel.specialize(signature="part_ptr:*fp32:16,out_ptr:*bf16:16,n:i32:16", SLOTS=16, BLOCK=256,
@@ -1922,6 +1942,8 @@ class KernelConfig:
     # (splits, when set, is then the grid size)
     l2pf: int = 0  # v7: the L2's fetch size on a weight / scale-word load's miss (mt.load l2_prefetch: 64, 128, 256)
     fused: bool = False  # v7, moe_decode only, B <= FUSED_MAX_BATCH: the whole layer in one launch (moe_fused_kernel_v7)
+    sums: bool = False  # v7 down, not with xitem: where the pairs are the items (B = 1), the last pair to finish a
+    # token's row tile adds its slots into out (no sum_slots_kernel launch)
     routing: str = "torch"  # moe_decode's routing for this variant: "torch" (torch.sort + route_items_kernel; B = 1
     # tables of one pair per item) or "dsl" (route_sort_kernel, one launch; B = 1: items are the pairs, no tables)
 
@@ -2051,6 +2073,8 @@ def _check_config(config: KernelConfig) -> None:
     if (config.wcache or config.vpf or config.xitem or config.flat or config.l2pf) and config.layout != "v7":
         raise ValueError("config.wcache, config.vpf, config.xitem, config.flat and config.l2pf are options of the v7 "
                          "kernels")
+    if config.sums and (config.layout != "v7" or config.xitem):
+        raise ValueError("config.sums is an option of the v7 down kernel without xitem")
     if config.fused and (config.layout != "v7" or config.xitem or config.flat):
         raise ValueError("config.fused is the one-launch form of the v7 kernels (not with xitem or flat)")
     if config.flat and config.xitem:
@@ -2143,8 +2167,9 @@ def gate_up_launch(w13: PreparedExperts, config: KernelConfig, group: int, dedup
 def down_launch(w2: PreparedExperts, config: KernelConfig, group: int, dedup: bool, batch: int, parts: bool,
                 h_bf16: bool) -> tuple[mt.Kernel, dict]:
     """The kernel object and constexprs (with num_warps) `down` launches: h as bf16 parts, one bf16 part or fp32."""
-    if config.layout == "v7":
-        return (down_kernel_v7_16 if config.min_blocks == 16 else down_kernel_v7), _v7_meta(w2, config, group, dedup)
+    if config.layout == "v7":  # SUMS where the pairs are the items (no dedup); the caller adds TOPK
+        return ((down_kernel_v7_16 if config.min_blocks == 16 else down_kernel_v7),
+                dict(_v7_meta(w2, config, group, dedup), SUMS=config.sums and not dedup))
     meta = dict(_dot_meta(w2, config), NT=group, BT=1 << (batch - 1).bit_length(), DEDUP=dedup, H_PARTS=parts,
                 H_BF16=h_bf16, num_warps=config.num_warps)
     return (down_kernel_16 if config.min_blocks == 16 else down_kernel), meta
@@ -2257,10 +2282,13 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     I, D = w13.rows // 2, w2.rows
     h = torch.empty((routing.n_pairs, I), dtype=torch.bfloat16, device=x.device)
     part = torch.empty((k, B, D), dtype=torch.float32, device=x.device)
+    out = torch.empty((B, D), dtype=out_dtype, device=x.device)
+    # down's SUMS counters (pairs as items only; zero between launches); unused otherwise
+    flags = part if routing.dedup else _fused_sync(B * mt.cdiv(v7_half(D), V7_GROUP), x.device)
     args13 = (x, routing.ids, routing.pairs, routing.first, routing.n_items, w13.words, w13.scale_words, h,
               routing.n_pairs, k, D, I, w13.row_blocks)
     args2 = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.words,
-             w2.scale_words, part, routing.n_pairs, k, B, D, I, w2.row_blocks)
+             w2.scale_words, part, out, flags, routing.n_pairs, k, B, D, I, w2.row_blocks)
     if plan is None:
         if w13.layout != "v7" or w2.layout != "v7":
             raise ValueError(f"variant {variant!r} reads layout 'v7'; the experts are in {w13.layout!r} "
@@ -2272,15 +2300,17 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
             _check_config(config)
             kernel, meta = (gate_up_launch(w, config, routing.group, routing.dedup, False) if kind == "gate_up"
                             else down_launch(w, config, routing.group, routing.dedup, B, False, True))
+            if meta.get("SUMS"):
+                meta["TOPK"] = 1 << (k - 1).bit_length()
             grid = _v7_grid(kernel, config, programs, routing, x.device, lambda args=args: args, meta)
             launches.append((kernel[grid], _one_item_no_xitem(meta, routing, grid[1])))
         plan = _V7_PLANS[key] = tuple(launches)
     (up, up_meta), (dn, dn_meta) = plan
     up(*args13, **up_meta)
     dn(*args2, **dn_meta)
-    out = torch.empty((B, D), dtype=out_dtype, device=x.device)
-    n = B * D
-    sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=k, BLOCK=SLOTS_BLOCK, num_warps=2)
+    if not dn_meta.get("SUMS"):
+        n = B * D
+        sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=k, BLOCK=SLOTS_BLOCK, num_warps=2)
     return out
 
 
@@ -2349,13 +2379,18 @@ def _down_v7(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: 
     D, I = w2.rows, w2.k
     programs = mt.cdiv(v7_half(D), V7_GROUP)
     kernel, meta = down_launch(w2, config, routing.group, routing.dedup, routing.batch, False, True)
+    if meta["SUMS"]:
+        meta["TOPK"] = 1 << (routing.topk - 1).bit_length()
     part = torch.empty((routing.topk, routing.batch, D), dtype=torch.float32, device=h.device)
+    out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
+    flags = _fused_sync(routing.batch * programs, h.device) if meta["SUMS"] else part
     args = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
-            _weight_operand(w2, config), w2.scale_words, part, routing.n_pairs, routing.topk, routing.batch, D, I,
-            w2.row_blocks)
+            _weight_operand(w2, config), w2.scale_words, part, out, flags, routing.n_pairs, routing.topk,
+            routing.batch, D, I, w2.row_blocks)
     grid = _v7_grid(kernel, config, programs, routing, h.device, lambda: args, meta)
     kernel[grid](*args, **_one_item_no_xitem(meta, routing, grid[1]))
-    out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
+    if meta["SUMS"]:
+        return out
     n = routing.batch * D
     sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=routing.topk, BLOCK=SLOTS_BLOCK, num_warps=2)
     return out

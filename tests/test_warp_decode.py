@@ -952,7 +952,7 @@ V7_PROBLEMS = [  # (B, D, I, E, k, seed, ids): the routing / loop forms the v7 k
 V7_XITEM_PROBLEM = (2, 1280, 1024, 3, 2, 86, None)  # XITEM with gate_up 5 steps (tail 2), down 4 (tail 1)
 
 
-@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf", "v7_u3c_cg_fl2"])
+@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf", "v7_u3c_cg_fl2", "v7_u3c_s"])
 def test_v7_kernels(interpret: None, variant: str) -> None:
     """The v7 kernels (scale words carried with the weights, gate / up in one thread, per-pair contributions
     summed by slot, the DSL routing; _x_cg_vpf: the next item's tables and first steps loaded during an item,
@@ -982,6 +982,7 @@ def test_v7_kernels(interpret: None, variant: str) -> None:
             continue
         bf16 = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant=variant)
         assert torch.equal(bf16, out.to(torch.bfloat16))
+        assert not any(int(flags.abs().sum()) for flags in wd._FUSED_SYNC.values())  # _s at B = 1: zeroed again
         if B == 12:
             routing, _ = wd.plan_routing(p.ids, p.weights, method="dsl", num_experts=E)
             c13, c2 = (dataclasses.replace(wd.pick_config(w.row_blocks, routing.n_pairs, True, variant, kind),
@@ -1103,7 +1104,8 @@ def test_v7_kernels_replayed_as_ptx(monkeypatch: pytest.MonkeyPatch) -> None:
     make = maker("down", meta)
     part = torch.full((routing.topk, 2, D), float("nan"))
     args = [got_h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
-            w2.blocks.view(torch.int32), w2.scale_words, part, routing.n_pairs, routing.topk, 2, D, I, w2.row_blocks]
+            w2.blocks.view(torch.int32), w2.scale_words, part, part, part, routing.n_pairs, routing.topk, 2, D, I,
+            w2.row_blocks]
     ptx, _, _ = helpers.lower(make)
     assert "ldmatrix" not in ptx and "st.shared" not in k_loop(ptx)
     grid = (mt.cdiv(wd.v7_half(D), 8), 1)
@@ -1118,6 +1120,7 @@ def v7_signature(kind: str) -> str:
     if kind == "gate_up":
         return f"x_ptr:*bf16:16,{tables},h_ptr:*bf16:16,n_pairs:i32,topk:i32,D:i32:16,I:i32:16,row_blocks:i32"
     return (f"h_ptr:*bf16:16,{tables.replace('pairs_ptr', 'wts_ptr:*fp32:16,pairs_ptr')},part_ptr:*fp32:16,"
+            "out_ptr:*fp32:16,flag_ptr:*fp32:16,"
             "n_pairs:i32,topk:i32,batch:i32,D:i32:16,I:i32:16,row_blocks:i32")
 
 

@@ -248,6 +248,7 @@ def v7_signature(kind: str, batch: int) -> str:
         return (f"x_ptr:*bf16:16,{tables},h_ptr:*bf16:16,n_pairs:i32:16,topk:i32:16,D:i32:16,I:i32:16,"
                 "row_blocks:i32:16")
     return (f"h_ptr:*bf16:16,{tables.replace('pairs_ptr', 'wts_ptr:*fp32:16,pairs_ptr')},part_ptr:*fp32:16,"
+            f"out_ptr:*bf16:16,flag_ptr:*{'i32' if batch == 1 else 'fp32'}:16,"
             f"n_pairs:i32:16,topk:i32:16,batch:i32{':16' if batch % 16 == 0 else ''},D:i32:16,I:i32:16,"
             "row_blocks:i32:16")
 
