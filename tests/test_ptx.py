@@ -186,6 +186,32 @@ def copy_other(x_ptr, out_ptr, n, BLOCK: mt.constexpr, OTHER: mt.constexpr):
 
 
 @mt.kernel
+def ordered_programs(x_ptr, part_ptr, sync_ptr, out_ptr, n, BLOCK: mt.constexpr):
+    """Programs publishing to each other (what WarpDecode's one-launch kernel does): each sums its block into part,
+    then waits for its ticket (program p until p programs went before it: a poll, then an acquire fence), records
+    the order it ran in, and passes the ticket on (barrier, release fence, +1). The last to pass it sums every
+    part (acquire, .cg reads) and zeroes the sync words. out[0]: the total; out[1 + p]: p's turn (p, whatever
+    order the GPU starts the programs in)."""
+    pid = mt.program_id(0)
+    offs = pid * BLOCK + mt.arange(0, BLOCK)
+    mt.store(part_ptr + pid, mt.sum(mt.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0))
+    while mt.atomic_add(sync_ptr, 0) < pid:
+        pass
+    mt.fence("acquire")
+    turn = mt.atomic_add(sync_ptr + 1, 1)
+    mt.store(out_ptr + 1 + pid, turn.to(mt.float32))
+    mt.barrier()
+    mt.fence("release")
+    mt.atomic_add(sync_ptr, 1)
+    if turn == mt.num_programs(0) - 1:
+        mt.fence("acquire")
+        p = mt.arange(0, 16)
+        parts = mt.load(part_ptr + p, mask=p < mt.num_programs(0), other=0.0, cache_modifier=".cg")
+        mt.store(out_ptr, mt.sum(parts, axis=0))
+        mt.store(sync_ptr + mt.arange(0, 2), mt.zeros((2,), mt.int32))
+
+
+@mt.kernel
 def prefetched_copy(x_ptr, out_ptr, n, BLOCK: mt.constexpr):
     """Prefetches (contiguous runs, one pointer per line, a scalar; L1 and L2) then L2-only loads with the L2's
     256-byte fetch: the values are those of a plain copy."""
@@ -316,6 +342,12 @@ CASES: dict[str, Case] = {
                         {"x_ptr": 16, "acc_ptr": 16, "old_ptr": 16}),
                     (5,), lambda g: [_randn(g, 300), torch.zeros(8), nan_like((300,), torch.float32), 300], [1],
                     bound=1e-5, gpu_bound=1e-5, expect=[r"atom\.global\.add\.f32"]),
+    "ordered_programs": Case(dsl(ordered_programs, {"x_ptr": P(f32), "part_ptr": P(f32), "sync_ptr": P(i32),
+                                                    "out_ptr": P(f32), "n": i32}, {"BLOCK": 128}, {"x_ptr": 16}),
+                             (6,), lambda g: [_randn(g, 700), nan_like((6,), torch.float32),
+                                              torch.zeros(2, dtype=torch.int32), nan_like((7,), torch.float32), 700],
+                             [3, 2], bound=1e-5, gpu_bound=1e-5,
+                             expect=[r"fence\.acquire\.gpu;", r"fence\.release\.gpu;", r"atom\.global\.add\.s32"]),
     "prefetch_cg": Case(dsl(prefetched_copy, {"x_ptr": P(f32), "out_ptr": P(f32), "n": i32}, {"BLOCK": 1024},
                             {"x_ptr": 16, "out_ptr": 16, "n": 16}),
                         (3,), lambda g: [_randn(g, 2500), nan_like((3072,), torch.float32), 2496], [1],
