@@ -2284,7 +2284,8 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     part = torch.empty((k, B, D), dtype=torch.float32, device=x.device)
     out = torch.empty((B, D), dtype=out_dtype, device=x.device)
     # down's SUMS counters (pairs as items only; zero between launches); unused otherwise
-    flags = part if routing.dedup else _fused_sync(B * mt.cdiv(v7_half(D), V7_GROUP), x.device)
+    sums = DOT_VARIANTS[variant][1].get("sums") and not routing.dedup
+    flags = _fused_sync(B * mt.cdiv(v7_half(D), V7_GROUP), x.device) if sums else part
     args13 = (x, routing.ids, routing.pairs, routing.first, routing.n_items, w13.words, w13.scale_words, h,
               routing.n_pairs, k, D, I, w13.row_blocks)
     args2 = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.words,
