@@ -2285,7 +2285,7 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     out = torch.empty((B, D), dtype=out_dtype, device=x.device)
     # down's SUMS counters (pairs as items only; zero between launches); unused otherwise
     sums = DOT_VARIANTS[variant][1].get("sums") and not routing.dedup
-    flags = _fused_sync(B * mt.cdiv(v7_half(D), V7_GROUP), x.device) if sums else part
+    flags = _sync_words(B * mt.cdiv(v7_half(D), V7_GROUP), x.device) if sums else part
     args13 = (x, routing.ids, routing.pairs, routing.first, routing.n_items, w13.words, w13.scale_words, h,
               routing.n_pairs, k, D, I, w13.row_blocks)
     args2 = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.words,
@@ -2316,18 +2316,19 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
 
 
 _FUSED_PLANS: dict[tuple, tuple] = {}  # _fused_decode's launch (grid, constexprs) per call shape
-_FUSED_SYNC: dict[tuple, torch.Tensor] = {}  # the fused kernel's sync words per (device, stream), zero between launches
+_SYNC_WORDS: dict[tuple, torch.Tensor] = {}  # zeroed counters per (device, stream), zero between launches
 FUSED_INTERPRET_PROGRAMS = 3  # the grid under the interpreter (its programs run one after another)
 
 
-def _fused_sync(words: int, device: torch.device) -> torch.Tensor:
-    """Zeroed int32 sync words for moe_fused_kernel_v7 on this device and stream (each launch leaves them zero);
-    one buffer per stream, so launches on different streams never share counters."""
+def _sync_words(words: int, device: torch.device) -> torch.Tensor:
+    """Zeroed int32 counters for the kernels that count between programs (moe_fused_kernel_v7's sync words, the
+    SUMS flags of down_kernel_v7) on this device and stream: each launch leaves them zero, and one buffer per
+    stream keeps launches on different streams from sharing counters."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device, stream)
-    sync = _FUSED_SYNC.get(key)
+    sync = _SYNC_WORDS.get(key)
     if sync is None or sync.numel() < words:
-        sync = _FUSED_SYNC[key] = torch.zeros(max(words, 1024), dtype=torch.int32, device=device)
+        sync = _SYNC_WORDS[key] = torch.zeros(max(words, 1024), dtype=torch.int32, device=device)
     return sync
 
 
@@ -2351,7 +2352,7 @@ def _fused_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.T
     h = torch.empty((P, I), dtype=torch.bfloat16, device=x.device)
     part = torch.empty((k, B, D), dtype=torch.float32, device=x.device)
     out = torch.empty((B, D), dtype=out_dtype, device=x.device)
-    sync = _fused_sync(FUSED_SYNC_HEAD + P + B * mt.cdiv(v7_half(D), V7_GROUP), x.device)
+    sync = _sync_words(FUSED_SYNC_HEAD + P + B * mt.cdiv(v7_half(D), V7_GROUP), x.device)
     args = (x, ids, weights, w13.words, w13.scale_words, w2.words, w2.scale_words, h, part, out, sync, P, k, B, D, I,
             w13.row_blocks, w2.row_blocks)
     if plan is None:
@@ -2384,7 +2385,7 @@ def _down_v7(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: 
         meta["TOPK"] = 1 << (routing.topk - 1).bit_length()
     part = torch.empty((routing.topk, routing.batch, D), dtype=torch.float32, device=h.device)
     out = torch.empty((routing.batch, D), dtype=out_dtype, device=h.device)
-    flags = _fused_sync(routing.batch * programs, h.device) if meta["SUMS"] else part
+    flags = _sync_words(routing.batch * programs, h.device) if meta["SUMS"] else part
     args = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items,
             _weight_operand(w2, config), w2.scale_words, part, out, flags, routing.n_pairs, routing.topk,
             routing.batch, D, I, w2.row_blocks)

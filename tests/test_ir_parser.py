@@ -56,6 +56,7 @@ def build_all_ops_kernel() -> Module:
     yv = b.create1("mt.load", [ys], t64, cache_modifier=".cg", l2_prefetch=256)
     b.create("mt.prefetch", [xs, mask], attrs={"level": "L1"})
     b.create("mt.prefetch", [y], attrs={"level": "L2"})
+    b.create("mt.fence", [], attrs={"sem": "release"})
 
     for name in ("add", "sub", "mul", "div", "rem", "maximum", "minimum", "pow"):
         b.create1(f"mt.{name}", [xv, yv], t64)

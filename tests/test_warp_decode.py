@@ -982,7 +982,7 @@ def test_v7_kernels(interpret: None, variant: str) -> None:
             continue
         bf16 = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant=variant)
         assert torch.equal(bf16, out.to(torch.bfloat16))
-        assert not any(int(flags.abs().sum()) for flags in wd._FUSED_SYNC.values())  # _s at B = 1: zeroed again
+        assert not any(int(flags.abs().sum()) for flags in wd._SYNC_WORDS.values())  # _s at B = 1: zeroed again
         if B == 12:
             routing, _ = wd.plan_routing(p.ids, p.weights, method="dsl", num_experts=E)
             c13, c2 = (dataclasses.replace(wd.pick_config(w.row_blocks, routing.n_pairs, True, variant, kind),
@@ -1018,7 +1018,7 @@ def test_v7_fused_one_launch(interpret: None, monkeypatch: pytest.MonkeyPatch, p
         assert rel_err(out, ref) <= H16_BOUND
         three = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, out_dtype=torch.float32, variant="v7_u3c")
         assert rel_err(out, three) <= 1e-6
-        assert not int(wd._FUSED_SYNC[(torch.device("cpu"), 0)].abs().sum())
+        assert not int(wd._SYNC_WORDS[(torch.device("cpu"), 0)].abs().sum())
         again = wd.moe_decode(p.x, p.ids, p.weights, w13, w2, variant="v7_fused")
         assert torch.equal(again, out.to(torch.bfloat16))
     with pytest.raises(ValueError, match="batches up to"):
@@ -1186,7 +1186,7 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
                  for _ in range(3)]
         assert all(torch.equal(f, fused[0]) for f in fused) and rel_err(fused[0], ref) <= H16_BOUND
         assert rel_err(fused[0], v7) <= 1e-6
-        assert not any(int(sync.abs().sum()) for sync in wd._FUSED_SYNC.values())
+        assert not any(int(sync.abs().sum()) for sync in wd._SYNC_WORDS.values())
 
 
 @pytest.mark.gpu

@@ -32,7 +32,7 @@ def main(batches: list[int]) -> int:
         three = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, variant="v7_u3c")
         again = wd.moe_decode(x, ids, weights, w13, w2, out_dtype=torch.float32, variant="v7_fused")
         err = ((fused.double() - three.double()).norm() / three.double().norm()).item()
-        sync = sum(int(s.abs().sum()) for s in wd._FUSED_SYNC.values())
+        sync = sum(int(s.abs().sum()) for s in wd._SYNC_WORDS.values())
         ok = err <= 1e-5 and torch.equal(fused, again) and sync == 0
         status |= not ok
         print(f"B={b}: rel err vs v7_u3c {err:.2e}, repeat equal {torch.equal(fused, again)}, sync words {sync}, "

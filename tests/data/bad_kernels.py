@@ -125,6 +125,10 @@ def load_bad_l2_prefetch(x_ptr, n):
     y = mt.load(x_ptr, l2_prefetch=512)  # ERR
 
 
+def fence_bad_sem(x_ptr, n):
+    mt.fence("seq_cst")  # ERR
+
+
 def prefetch_bad_level(x_ptr, n):
     mt.prefetch(x_ptr + mt.arange(0, 16), level="L3")  # ERR
 
