@@ -335,6 +335,10 @@ def lower_barrier(ctx: KernelContext, op: Operation) -> None:
     ctx.barrier()  # bar.sync orders the program's global and shared memory accesses around it
 
 
+def lower_griddep(instruction: str) -> Lowering:
+    return lambda ctx, op: ctx.emit(f"griddepcontrol.{instruction};")
+
+
 def lower_fence(ctx: KernelContext, op: Operation) -> None:
     ctx.emit(f"fence.{op.attrs['sem']}.gpu;")
 
@@ -344,6 +348,7 @@ LOWERINGS: dict[str, Lowering] = {
     "mt.constant": lower_constant, "mt.program_id": lower_special("%ctaid"),
     "mt.num_programs": lower_special("%nctaid"), "mt.arange": lower_arange, "mt.addptr": lower_addptr,
     "mt.return": lower_return, "mt.barrier": lower_barrier, "mt.fence": lower_fence,
+    "mt.griddep_wait": lower_griddep("wait"), "mt.griddep_launch": lower_griddep("launch_dependents"),
     "mt.load": memory.lower_load, "mt.store": memory.lower_store, "mt.prefetch": memory.lower_prefetch,
     "mt.atomic_add": memory.lower_atomic_add,
     "mt.splat": layout_moves.lower_splat, "mt.broadcast": layout_moves.lower_broadcast,

@@ -568,6 +568,9 @@ class Semantic:
     def barrier(self) -> None:
         self.b.create("mt.barrier", [])
 
+    def griddep(self, name: str) -> None:
+        self.b.create(name, [])
+
     def fence(self, sem: Any) -> None:
         if sem not in FENCE_SEMANTICS:
             raise error(f"fence(sem=...) must be one of {', '.join(map(repr, FENCE_SEMANTICS))}, got {sem!r}")

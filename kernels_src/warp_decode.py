@@ -149,6 +149,10 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     "v7_fused": (dict(_V7, fused=True), dict(_V7, fused=True)),
     # v7_u3c whose down kernel adds the slots itself where the pairs are the items (B = 1): two launches
     "v7_u3c_s": (_V7, dict(_V7, sums=True)),
+    # programmatic dependent launch: down's programs start during gate_up's tail and load their first weights,
+    # the slot sum starts during down's; each waits (griddepcontrol.wait) before reading the previous one's output
+    "v7_u3c_pdl": (dict(_V7, pdl=True), dict(_V7, pdl=True)),
+    "v7_u3c_fl2_pdl": (dict(_V7, flat=True, l2pf=256, pdl=True), dict(_V7, flat=True, l2pf=256, pdl=True)),
 }
 FUSED_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("fused"))
 FUSED_MAX_BATCH = 4  # pairs as items: without the routing's deduplication a shared expert is read once per pair
@@ -1291,7 +1295,7 @@ def step_v7(acc, q, sw, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS):
 
 @mt.func
 def stream_rows_v7(wq_e, q_off, live1, sw_e, lane, blk_ht, v_ptr, v_row, v_ok, K, row_blocks, ROWS, NT,
-                   FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, VPF):
+                   FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, VPF, GDC=False):
     """acc [ROWS, NT] = W[rows] . v[v_row + k] over the row's K (v7: words in the v6 layout from wq_e + q_off,
     scale words sw_e + 32 per step; see load_step_v7): two steps of weights and scale words in flight, the K loop
     unrolled by 3 on whole steps (UNROLL_TAIL = steps % 3 after it), else a rotating loop (masked steps). The
@@ -1313,6 +1317,8 @@ def stream_rows_v7(wq_e, q_off, live1, sw_e, lane, blk_ht, v_ptr, v_row, v_ok, K
                                 FULL_STEPS, WCACHE, L2PF)
         q_c, s_c = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(2 * B, last), blk_ht, j, row_blocks,
                                 FULL_STEPS, WCACHE, L2PF)
+        if GDC:
+            wait_then_release()
         for kb in range(0, row_blocks - UNROLL_TAIL * B, 3 * B):
             acc = step_v7(acc, q_a, s_a, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS)
             q_a, s_a = load_step_v7(wq_e, q_off, live1, sw_e, lane, mt.minimum(kb + 3 * B, last), blk_ht, j,
@@ -1332,6 +1338,8 @@ def stream_rows_v7(wq_e, q_off, live1, sw_e, lane, blk_ht, v_ptr, v_row, v_ok, K
     q_next, s_next = load_step_v7(wq_e, q_off, live1, sw_e, lane, 0, blk_ht, j, row_blocks, FULL_STEPS, WCACHE, L2PF)
     q_next2, s_next2 = load_step_v7(wq_e, q_off, live1, sw_e, lane, B, blk_ht, j, row_blocks, FULL_STEPS,
                                     WCACHE, L2PF)
+    if GDC:
+        wait_then_release()
     for kb in range(0, row_blocks, B):
         q, s = q_next, s_next
         q_next, s_next = q_next2, s_next2
@@ -1339,6 +1347,16 @@ def stream_rows_v7(wq_e, q_off, live1, sw_e, lane, blk_ht, v_ptr, v_row, v_ok, K
                                         FULL_STEPS, WCACHE, L2PF)
         acc = step_v7(acc, q, s, vb, vk, kb, k_ht, K, ROWS, NT, H, FULL_STEPS)
     return acc
+
+
+@mt.func
+def wait_then_release():
+    """GDC (programmatic dependent launch): wait for the previous kernel in the stream (its writes visible), then let
+    the next one start. stream_rows_v7 waits after an item's first weight loads, so they overlap the previous
+    kernel's tail; what came before (the routing tables, the experts' bases) was written by kernels that finished
+    before the previous one started."""
+    mt.grid_dependency_wait()
+    mt.launch_dependents()
 
 
 @mt.func
@@ -1475,13 +1493,18 @@ def gate_up_kernel_v7(x_ptr, ids_ptr, pairs_ptr, first_ptr, n_items_ptr, wq_ptr,
                       n_pairs, topk, D, I, row_blocks,
                       NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
                       UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", L2PF: mt.constexpr = 0,
-                      VPF: mt.constexpr = False, XITEM: mt.constexpr = False, FLAT: mt.constexpr = False):
+                      VPF: mt.constexpr = False, XITEM: mt.constexpr = False, FLAT: mt.constexpr = False,
+                      GDC: mt.constexpr = False):
     """h[p, i] = bf16(silu(gate_i . x_b) * (up_i . x_b)), b = p // topk, on the v7 layout: program (i, s) owns
     neurons 8 i .. 8 i + 7 (tile rows g: gate, g + 8: up; V7_GROUP) and every num_programs(1)-th work item from
     item s. XITEM (whole steps, >= 3 of them): the next item's tables are loaded at an item's start and its first
     three steps by the item's last refills (kloop_x_v7), so no item waits for its tables and first weights. FLAT
     (not with XITEM): a 1-D grid of resident programs deals the (tile, item) units round-robin (unit_v7), so every
-    program slot stays busy to the end whatever the item count. L2PF: the L2's fetch size of the weight loads."""
+    program slot stays busy to the end whatever the item count. L2PF: the L2's fetch size of the weight loads.
+    GDC (programmatic dependent launch): wait for the previous kernel first (x and the routing come from it), then
+    let the down kernel's programs start (they wait for this one after their first weight loads)."""
+    if GDC:
+        wait_then_release()
     row_ok, q_off, neuron = gate_up_tile_v7(mt.program_id(0), I, row_blocks)
     tiles = (I + 7) // 8
     steps = (row_blocks + 7) // 8
@@ -1531,13 +1554,15 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
                    NT: mt.constexpr, DEDUP: mt.constexpr, FULL_STEPS: mt.constexpr,
                    UNROLL_TAIL: mt.constexpr = -1, WCACHE: mt.constexpr = "", L2PF: mt.constexpr = 0,
                    VPF: mt.constexpr = False, XITEM: mt.constexpr = False, FLAT: mt.constexpr = False,
-                   SUMS: mt.constexpr = False, TOPK: mt.constexpr = 1):
+                   SUMS: mt.constexpr = False, TOPK: mt.constexpr = 1, GDC: mt.constexpr = False):
     """part[j, b, d] = w[b, j] * (W2[e_bj, d] . h[b * topk + j]) (fp32 [topk, batch, D]) for every routed pair,
     on the v7 layout (program (i, s): rows d = 8 i + g and half + 8 i + g, every num_programs(1)-th item from s);
     sum_slots_kernel then adds the topk slots of each token in order. XITEM, FLAT, L2PF: as gate_up_kernel_v7's.
     SUMS (pairs as items, not with XITEM): no sum_slots_kernel; the last of a token's pairs to finish a row tile
     adds the tile's slots into out (bf16 or fp32 [batch, D]) itself, counted on flag_ptr[b * tiles + tile]
-    (int32, zero before the launch and zeroed again by that last pair; TOPK: topk rounded up to a power of two)."""
+    (int32, zero before the launch and zeroed again by that last pair; TOPK: topk rounded up to a power of two).
+    GDC (not with XITEM): each item waits for gate_up after loading its first weight steps (stream_rows_v7), so a
+    launch started early by gate_up's launch_dependents streams weights during gate_up's tail."""
     d, row_ok, q_off = down_tile_v7(mt.program_id(0), D, row_blocks)
     tiles = ((D + 1) // 2 + 7) // 8
     steps = (row_blocks + 7) // 8
@@ -1575,7 +1600,7 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
             pair, pair_ok, expert = item_v7(it, n_items, ids_ptr, pairs_ptr, first_ptr, NT, DEDUP)
             wq_e, sw_e = bases_v7(expert, wq_ptr, sw_ptr, D, row_blocks, tile_words, steps, tile)
             acc = stream_rows_v7(wq_e, q_off, row_ok, sw_e, lane, blk_ht, h_ptr, mt.where(pair_ok, pair, 0) * I,
-                                 pair_ok, I, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, VPF)
+                                 pair_ok, I, row_blocks, 16, NT, FULL_STEPS, UNROLL_TAIL, WCACHE, L2PF, VPF, GDC)
             store_part_v7(acc, part_ptr, wts_ptr, pair, pair_ok, d, row_ok, topk, batch, D)
             if SUMS:
                 b = it // topk
@@ -1586,9 +1611,12 @@ def down_kernel_v7(h_ptr, ids_ptr, wts_ptr, pairs_ptr, first_ptr, n_items_ptr, w
 
 
 @mt.kernel
-def sum_slots_kernel(part_ptr, out_ptr, n, SLOTS: mt.constexpr, BLOCK: mt.constexpr):
+def sum_slots_kernel(part_ptr, out_ptr, n, SLOTS: mt.constexpr, BLOCK: mt.constexpr, GDC: mt.constexpr = False):
     """out[i] = sum over s < SLOTS of part[s * n + i], in s order, in out's dtype (the v7 down kernel's per-pair
-    contributions, [topk, B, D] -> [B, D]); SLOTS unrolled: every load in flight at once."""
+    contributions, [topk, B, D] -> [B, D]); SLOTS unrolled: every load in flight at once. GDC: launched early
+    (programmatic dependent launch), it waits for the down kernel first."""
+    if GDC:
+        mt.grid_dependency_wait()
     i = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK)
     ok = i < n
     total = mt.zeros((BLOCK,), mt.float32)
@@ -1942,6 +1970,7 @@ class KernelConfig:
     # (splits, when set, is then the grid size)
     l2pf: int = 0  # v7: the L2's fetch size on a weight / scale-word load's miss (mt.load l2_prefetch: 64, 128, 256)
     fused: bool = False  # v7, moe_decode only, B <= FUSED_MAX_BATCH: the whole layer in one launch (moe_fused_kernel_v7)
+    pdl: bool = False  # v7, not with xitem: programmatic dependent launch (GDC): down and the slot sum start early
     sums: bool = False  # v7 down, not with xitem: where the pairs are the items (B = 1), the last pair to finish a
     # token's row tile adds its slots into out (no sum_slots_kernel launch)
     routing: str = "torch"  # moe_decode's routing for this variant: "torch" (torch.sort + route_items_kernel; B = 1
@@ -2073,6 +2102,8 @@ def _check_config(config: KernelConfig) -> None:
     if (config.wcache or config.vpf or config.xitem or config.flat or config.l2pf) and config.layout != "v7":
         raise ValueError("config.wcache, config.vpf, config.xitem, config.flat and config.l2pf are options of the v7 "
                          "kernels")
+    if config.pdl and (config.layout != "v7" or config.xitem):
+        raise ValueError("config.pdl is an option of the v7 kernels without xitem")
     if config.sums and (config.layout != "v7" or config.xitem):
         raise ValueError("config.sums is an option of the v7 down kernel without xitem")
     if config.fused and (config.layout != "v7" or config.xitem or config.flat):
@@ -2149,7 +2180,7 @@ def _v7_meta(w: PreparedExperts, config: KernelConfig, group: int, dedup: bool) 
     tail = _unroll_tail(w, config)
     xitem = config.xitem and tail >= 0 and w.row_blocks >= 3 * config.blocks
     return dict(NT=group, DEDUP=dedup, FULL_STEPS=_full_steps(w, config), UNROLL_TAIL=tail, WCACHE=config.wcache,
-                L2PF=config.l2pf, VPF=config.vpf, XITEM=xitem, FLAT=config.flat, num_warps=1)
+                L2PF=config.l2pf, VPF=config.vpf, XITEM=xitem, FLAT=config.flat, GDC=config.pdl, num_warps=1)
 
 
 def gate_up_launch(w13: PreparedExperts, config: KernelConfig, group: int, dedup: bool, parts: bool
@@ -2311,7 +2342,8 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     dn(*args2, **dn_meta)
     if not dn_meta.get("SUMS"):
         n = B * D
-        sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=k, BLOCK=SLOTS_BLOCK, num_warps=2)
+        sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=k, BLOCK=SLOTS_BLOCK, GDC=dn_meta["GDC"],
+                                                     num_warps=2)
     return out
 
 
@@ -2394,7 +2426,8 @@ def _down_v7(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: 
     if meta["SUMS"]:
         return out
     n = routing.batch * D
-    sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=routing.topk, BLOCK=SLOTS_BLOCK, num_warps=2)
+    sum_slots_kernel[(mt.cdiv(n, SLOTS_BLOCK),)](part, out, n, SLOTS=routing.topk, BLOCK=SLOTS_BLOCK, GDC=meta["GDC"],
+                                                 num_warps=2)
     return out
 
 

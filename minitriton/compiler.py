@@ -154,6 +154,8 @@ def base_metadata(func: Any, num_stages: int, constexprs: dict[str, Any]) -> dic
         "num_warps": int(func.attrs.get("num_warps", 4)),
         "num_stages": int(func.attrs.get("num_stages", num_stages)),
         "dynamic_shared": int(func.attrs.get("dynamic_shared_memory", 0)),
+        # a kernel that waits on the previous grid (mt.grid_dependency_wait) may be launched before it finishes
+        "programmatic_launch": any(op.name == "mt.griddep_wait" for op in func.walk()),
         "params": func_params(func),
         "constexprs": {k: repr(v) for k, v in constexprs.items()},
         "registers": None, "shared": None, "spill_stores": None, "spill_loads": None, "ptxas_log": None,

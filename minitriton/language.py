@@ -20,7 +20,7 @@ from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, in
 __all__ = [
     "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
-    "store", "prefetch", "atomic_add", "fence", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where",
+    "store", "prefetch", "atomic_add", "fence", "grid_dependency_wait", "launch_dependents", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where",
     "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin",
     "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum", "fma", "cdiv", "cast", "bitcast_split", "trans",
     "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert", "ring", "warp_specialize",
@@ -313,6 +313,27 @@ def expand_dims(x: Any, axis: int, _sem: Any = None) -> Any:
 
 
 # -------------------------------------------------------------------------------------- compile time
+
+
+@builtin
+def grid_dependency_wait(_sem: Any = None) -> None:
+    """Programmatic dependent launch (CUDA's cudaGridDependencySynchronize): wait until the kernels this launch
+    depends on (the previous one in the stream) have finished and their writes are visible. A kernel that calls it
+    is launched so that its programs may start while the previous kernel still runs; before the call a program
+    may only read what no kernel still running writes (weights, or inputs from before the previous kernel) and
+    must write nothing such a kernel reads. Where the launch is not early (the interpreter, or a driver without
+    cuLaunchKernelEx) it returns at once. Pairs with `mt.launch_dependents()` in the previous kernel."""
+    return _sem.griddep("mt.griddep_wait")
+
+
+@builtin
+def launch_dependents(_sem: Any = None) -> None:
+    """Programmatic dependent launch (cudaTriggerProgrammaticLaunchCompletion): this program lets the next kernel
+    in the stream start (up to its `mt.grid_dependency_wait()`) before this kernel has finished; once every
+    program has called it or exited, the next kernel's programs may take free SMs. Call it after this kernel's own
+    grid_dependency_wait: the next kernel may then read what this kernel's predecessors wrote. Only scheduling: the
+    next kernel's wait still waits for all of this kernel."""
+    return _sem.griddep("mt.griddep_launch")
 
 
 @builtin

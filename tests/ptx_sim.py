@@ -550,6 +550,10 @@ class CTA:
     def op_mbarrier(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         self._tma_unit().mbarrier(mods, ops, mask)
 
+    def op_griddepcontrol(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
+        if mods not in (["wait"], ["launch_dependents"]):  # kernels run one after another here: nothing to do
+            raise SimError(f"unsupported griddepcontrol.{'.'.join(mods)}")
+
     def op_fence(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         if self.tc is not None:
             self.tc.fence(mods, mask)

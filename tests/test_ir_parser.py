@@ -57,6 +57,8 @@ def build_all_ops_kernel() -> Module:
     b.create("mt.prefetch", [xs, mask], attrs={"level": "L1"})
     b.create("mt.prefetch", [y], attrs={"level": "L2"})
     b.create("mt.fence", [], attrs={"sem": "release"})
+    b.create("mt.griddep_wait", [])
+    b.create("mt.griddep_launch", [])
 
     for name in ("add", "sub", "mul", "div", "rem", "maximum", "minimum", "pow"):
         b.create1(f"mt.{name}", [xv, yv], t64)

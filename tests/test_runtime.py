@@ -1399,3 +1399,50 @@ def test_min_blocks_per_sm_reaches_the_ptx_header_and_the_cache_key() -> None:
     assert plain.cache_key(spec.args, spec.constexprs, 8, 3) != bounded.cache_key(spec.args, spec.constexprs, 8, 3)
     with pytest.raises(ValueError, match="positive int"):
         mt.kernel(min_blocks_per_sm=0)(body)
+
+
+@mt.kernel
+def after_previous(x_ptr, out_ptr, n, BLOCK: mt.constexpr):
+    """Reads what the previous kernel wrote only after waiting for it, then lets the next kernel start."""
+    offs = mt.program_id(0) * BLOCK + mt.arange(0, BLOCK)
+    mt.grid_dependency_wait()
+    mt.launch_dependents()
+    mt.store(out_ptr + offs, mt.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+
+class ProgrammaticDriver(FakeDriver):
+    """A fake driver with cuLaunchKernelEx: launch_flags as the real one answers it."""
+
+    def launch_flags(self, programmatic: bool) -> int:
+        return 1 if programmatic else 0
+
+
+def test_programmatic_launch_flag() -> None:
+    """A kernel that calls mt.grid_dependency_wait is compiled with metadata programmatic_launch (its PTX has
+    griddepcontrol.wait / launch_dependents) and launched with the driver's flag for it, on the first launch, the
+    hot path and a prepared launch; other kernels with 0; a driver without launch_flags launches it plainly."""
+    fake = ProgrammaticDriver()
+    previous = set_driver(fake)
+    try:
+        x, out = rand(300), torch.empty(300)
+        after_previous[(3,)](x, out, 300, BLOCK=128)
+        after_previous[(3,)](x, out, 300, BLOCK=128)
+        prepared = after_previous.prepare((3,), x, out, 300, BLOCK=128)
+        prepared()
+        assert [launch["extra"] for launch in fake.launches] == [1, 1, 1]
+        compiled = after_previous.aot_spec("x_ptr:*fp32:16,out_ptr:*fp32:16,n:i32", 4, None, None,
+                                           BLOCK=128).compile(target="ptx")
+        assert compiled.metadata["programmatic_launch"]
+        assert "griddepcontrol.wait;" in compiled.ptx and "griddepcontrol.launch_dependents;" in compiled.ptx
+        add[(1,)](x, x, out, 300, BLOCK=128)
+        assert fake.launches[-1]["extra"] == 0
+    finally:
+        set_driver(previous)
+    plain = FakeDriver()
+    previous = set_driver(plain)
+    try:
+        after_previous.clear_cache()
+        after_previous[(3,)](x, out, 300, BLOCK=128)
+        assert plain.launches[-1]["extra"] == 0
+    finally:
+        set_driver(previous)

@@ -952,7 +952,7 @@ V7_PROBLEMS = [  # (B, D, I, E, k, seed, ids): the routing / loop forms the v7 k
 V7_XITEM_PROBLEM = (2, 1280, 1024, 3, 2, 86, None)  # XITEM with gate_up 5 steps (tail 2), down 4 (tail 1)
 
 
-@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf", "v7_u3c_cg_fl2", "v7_u3c_s"])
+@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf", "v7_u3c_cg_fl2", "v7_u3c_s", "v7_u3c_fl2_pdl"])
 def test_v7_kernels(interpret: None, variant: str) -> None:
     """The v7 kernels (scale words carried with the weights, gate / up in one thread, per-pair contributions
     summed by slot, the DSL routing; _x_cg_vpf: the next item's tables and first steps loaded during an item,
@@ -1193,8 +1193,9 @@ def test_gpu_k3_width(monkeypatch: pytest.MonkeyPatch, B: int) -> None:
 @gpu
 def test_gpu_cuda_graph_replay_with_new_routing(monkeypatch: pytest.MonkeyPatch) -> None:
     """moe_decode at B = 4 captured in a CUDA graph, replayed after the routing and x changed in place: equals an
-    eager call (the routing prep never reads device data on the host); the same for the v7 kernels and for the
-    one-launch v7_fused (replayed twice: its sync words are zero again after each launch)."""
+    eager call (the routing prep never reads device data on the host); the same for the v7 kernels, for the
+    one-launch v7_fused (replayed twice: its sync words are zero again after each launch) and for the
+    programmatic dependent launches of v7_u3c_fl2_pdl (programmatic edges in the graph)."""
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
     w13, w2 = (wd.prepare_experts(*raw) for raw in k3_width_layer())
     gen = torch.Generator().manual_seed(5)
@@ -1228,12 +1229,15 @@ def test_gpu_cuda_graph_replay_with_new_routing(monkeypatch: pytest.MonkeyPatch)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, wd.moe_decode(x, ids, weights, *v7))
-    with torch.cuda.graph(graph := torch.cuda.CUDAGraph()):  # the one-launch kernel: sync words reset in-kernel
-        out = wd.moe_decode(x, ids, weights, *v7, variant="v7_fused")
-    for _ in range(2):
-        for t, new in zip((x, ids, weights), inputs()):
-            t.copy_(new)
-        out.fill_(float("nan"))
-        graph.replay()
+    for variant in ("v7_fused", "v7_u3c_fl2_pdl"):  # one launch (sync words reset in-kernel); programmatic launches
+        wd.moe_decode(x, ids, weights, *v7, variant=variant)
         torch.cuda.synchronize()
-        assert torch.equal(out, wd.moe_decode(x, ids, weights, *v7, variant="v7_fused"))
+        with torch.cuda.graph(graph := torch.cuda.CUDAGraph()):
+            out = wd.moe_decode(x, ids, weights, *v7, variant=variant)
+        for _ in range(2):
+            for t, new in zip((x, ids, weights), inputs()):
+                t.copy_(new)
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, wd.moe_decode(x, ids, weights, *v7, variant=variant)), variant

@@ -130,5 +130,7 @@ def build_barrier(op: Operation, use: SlotOf, define: SlotOf) -> Step:
 STEP_BUILDERS: dict[str, Callable[[Operation, SlotOf, SlotOf], Step]] = {
     "mt.program_id": build_program_id, "mt.num_programs": build_num_programs, "mt.load": build_load,
     "mt.store": build_store, "mt.prefetch": build_prefetch, "mt.atomic_add": build_atomic_add,
-    "mt.barrier": build_barrier, "mt.fence": build_barrier,  # programs run one at a time: nothing to order
+    # programs run one at a time and kernels one after another: nothing to order or overlap
+    "mt.barrier": build_barrier, "mt.fence": build_barrier, "mt.griddep_wait": build_barrier,
+    "mt.griddep_launch": build_barrier,
 }

@@ -533,6 +533,20 @@ def _fence(o: Operation) -> None:
         fail(o, f"sem must be one of {', '.join(FENCE_SEMANTICS)}, got {o.attrs['sem']!r}")
 
 
+@op("mt.griddep_wait", "Programmatic dependent launch: waits until the grids the launch depends on (the previous "
+    "kernel in the stream) have completed and their memory is visible (griddepcontrol.wait). A kernel holding it is "
+    "launched with programmatic stream serialization: it may start while the previous kernel runs.", pure=False)
+def _griddep_wait(o: Operation) -> None:
+    counts(o, 0, 0)
+
+
+@op("mt.griddep_launch", "Programmatic dependent launch: this program no longer holds back the next kernel in the "
+    "stream from starting (griddepcontrol.launch_dependents); that kernel's mt.griddep_wait still waits for this "
+    "whole grid to complete.", pure=False)
+def _griddep_launch(o: Operation) -> None:
+    counts(o, 0, 0)
+
+
 @op("mt.atomic_add", "Atomically adds `value` at ptr and returns the old values; (ptr, value[, mask]).", pure=False)
 def _atomic_add(o: Operation) -> None:
     counts(o, (2, 3), 1)

@@ -170,7 +170,8 @@ def generate(kernel: Any, stop_after: str | None = None) -> str:
     emit(f"    return {p}kernel._launch_miss({p}key, {p}grid_spec, {values}, {nw}, {ns}, {p}drv, {p}device)")
     emit(f"except TypeError:")
     emit(f"    raise {p}kernel._unhashable_constexpr({values}) from None")
-    emit(f"{p}edrv, {p}fn, {p}pack, {p}buffer, {p}params, {p}threads, {p}smem, {p}owner, {p}variant = {p}entry")
+    emit(f"{p}edrv, {p}fn, {p}pack, {p}buffer, {p}params, {p}threads, {p}smem, {p}owner, {p}variant, {p}flags = "
+         f"{p}entry")
     emit(f"if {p}edrv is not {p}drv:")
     emit(f"    return {p}kernel._launch_miss({p}key, {p}grid_spec, {values}, {nw}, {ns}, {p}drv, {p}device)")
     if stop("lookup"):
@@ -187,7 +188,7 @@ def generate(kernel: Any, stop_after: str | None = None) -> str:
     raw_args = ", ".join(raw)
     raw_list = f"[{raw_args}]"
     grid3 = f"{p}gx, {p}gy, {p}gz"
-    launch = f"{p}launch({p}fn, {grid3}, {p}threads, 1, 1, {p}smem, {p}stream, {p}params, 0)[0]"
+    launch = f"{p}launch({p}fn, {grid3}, {p}threads, 1, 1, {p}smem, {p}stream, {p}params, {p}flags)[0]"
     if raw:
         # The owner thread packs the variant's own buffer without a lock: no other thread ever writes it (others
         # go through Launcher.launch_shared, which packs a second buffer under a lock).
@@ -323,7 +324,7 @@ def generate_prepared(kernel: Any, codes: Sequence[str]) -> str:
         f"    raise {p}kernel._prepared_elsewhere({p}pdrv, {p}device)",
         f"if {missing_test}:",
         f"    {p}err = {p}launch({p}fn, {p}gx, {p}gy, {p}gz, {p}threads, 1, 1, {p}smem, "
-        f"{p}streams[{p}current_stream({p}device)], {p}own_params, 0)[0]",
+        f"{p}streams[{p}current_stream({p}device)], {p}own_params, {p}flags)[0]",
         f"    if {p}err:",
         f"        {p}variant.launch_failed({p}drv, {p}err, {p}device, ({p}gx, {p}gy, {p}gz), {p}own_raw)",
         f"    return",
@@ -338,14 +339,16 @@ def generate_prepared(kernel: Any, codes: Sequence[str]) -> str:
         body += [f"    try:", f"        {p}pack({p}buffer, 0, {raw})",
                  f"    except {p}PACK_ERRORS as {p}error:",
                  f"        raise {p}variant.pack_error([{raw}], {p}error) from None"]
-    body += [f"    {p}err = {p}launch({p}fn, {p}gx, {p}gy, {p}gz, {p}threads, 1, 1, {p}smem, {p}stream, {p}params, 0)[0]",
+    body += [f"    {p}err = {p}launch({p}fn, {p}gx, {p}gy, {p}gz, {p}threads, 1, 1, {p}smem, {p}stream, {p}params, "
+             f"{p}flags)[0]",
              f"else:",
              f"    {p}err = {p}variant.launch_shared({p}launch, {p}fn, {p}gx, {p}gy, {p}gz, {p}stream, [{raw}])",
              f"if {p}err:",
              f"    {p}variant.launch_failed({p}drv, {p}err, {p}device, ({p}gx, {p}gy, {p}gz), [{raw}])"]
     name = function_name(kernel)
     lines = [f"def {p}make_prepared({p}pdrv, {p}device, {p}entry, {p}gx, {p}gy, {p}gz, {p}own_params, {p}own_raw):",
-             f"    {p}_, {p}fn, {p}pack, {p}buffer, {p}params, {p}threads, {p}smem, {p}owner, {p}variant = {p}entry",
+             f"    {p}_, {p}fn, {p}pack, {p}buffer, {p}params, {p}threads, {p}smem, {p}owner, {p}variant, {p}flags = "
+             f"{p}entry",
              f"    def {name}({signature}):"]
     lines += ["        " + line for line in body]
     lines.append(f"    {name}.__qualname__ = {kernel.__name__ + '.prepared'!r}")

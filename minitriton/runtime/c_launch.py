@@ -1,4 +1,5 @@
-"""A 40-line C extension that calls cuLaunchKernel: the launch path's driver call without cuda-bindings' wrapper.
+"""A small C extension that calls cuLaunchKernel (or cuLaunchKernelEx): the launch path's driver call without
+cuda-bindings' wrapper.
 
 Measured on the H200 (2026-11-29, tools/launch_floor.py, same function, stream and parameter array): cuLaunchKernel
 costs 3.92 us per launch from a C loop and 6.02 us through cuda-bindings (which converts every argument through
@@ -7,10 +8,13 @@ Python-level handle types), 7.32 us through ctypes. This module is the thinnest 
     launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> (CUresult,)
 
 takes what cuda-bindings' cuLaunchKernel takes, as plain ints (function handle, raw stream handle, address of the
-`void *kernelParams[]` array; `extra` must be 0 or None), and returns the same one-tuple. It holds the GIL through
-the driver call (a launch only enqueues), so a parameter buffer cannot be repacked by another thread meanwhile.
-The address of cuLaunchKernel is handed in once by `bind(address)` (the driver passes libcuda's; the tests pass a
-ctypes callback), so the module itself links against nothing but Python.
+`void *kernelParams[]` array), and returns the same one-tuple. `extra` is instead a flag: 0 or None launches with
+cuLaunchKernel, PROGRAMMATIC (1) with cuLaunchKernelEx and the attribute
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 1 (the kernel may start while the previous one in the
+stream runs; it waits with griddepcontrol.wait). It holds the GIL through the driver call (a launch only enqueues),
+so a parameter buffer cannot be repacked by another thread meanwhile. The addresses of cuLaunchKernel and
+cuLaunchKernelEx are handed in once by `bind(address)` and `bind_ex(address)` (the driver passes libcuda's; the
+tests pass ctypes callbacks), so the module itself links against nothing but Python.
 
 Built on first use with the system C compiler (`cc`, or $CC) against this Python's headers, like Triton's launcher,
 and kept in `$MINITRITON_CACHE_DIR/c_launch/<hash of the source, Python version and platform>/`; written
@@ -34,21 +38,42 @@ from types import ModuleType
 
 from .cache import cache_dir
 
+PROGRAMMATIC = 1  # launch's `extra` flag: cuLaunchKernelEx with programmatic stream serialization
+
 MODULE_NAME = "_minitriton_launch"
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                          void **, void **);
+/* cuda.h's CUlaunchAttribute (id, 4 bytes of padding, a 64-byte value union) and CUlaunchConfig */
+typedef struct { int id; int pad; union { char raw[64]; int value; } v; } launch_attribute;
+typedef struct {
+    unsigned grid[3], block[3], shared;
+    void *stream;
+    launch_attribute *attrs;
+    unsigned num_attrs;
+} launch_config;
+typedef int (*launch_ex_fn)(const launch_config *, void *, void **, void **);
+#define PROGRAMMATIC_STREAM_SERIALIZATION 6  /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
 static launch_fn cu_launch = NULL;
+static launch_ex_fn cu_launch_ex = NULL;
 static PyObject *success = NULL;  /* the (0,) every successful launch returns */
 
 static PyObject *bind(PyObject *self, PyObject *address) {
     void *p = PyLong_AsVoidPtr(address);
     if (p == NULL && PyErr_Occurred()) return NULL;
     cu_launch = (launch_fn)p;
+    Py_RETURN_NONE;
+}
+
+static PyObject *bind_ex(PyObject *self, PyObject *address) {
+    void *p = PyLong_AsVoidPtr(address);
+    if (p == NULL && PyErr_Occurred()) return NULL;
+    cu_launch_ex = (launch_ex_fn)p;
     Py_RETURN_NONE;
 }
 
@@ -61,8 +86,14 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "launch: bind(address of cuLaunchKernel) was not called");
         return NULL;
     }
-    if (args[10] != Py_None && PyObject_IsTrue(args[10])) {
-        PyErr_SetString(PyExc_ValueError, "launch: `extra` is not supported (pass 0 or None)");
+    long flags = args[10] == Py_None ? 0 : PyLong_AsLong(args[10]);
+    if (flags == -1 && PyErr_Occurred()) return NULL;
+    if (flags != 0 && flags != 1) {
+        PyErr_SetString(PyExc_ValueError, "launch: `extra` is a flag here: 0 (cuLaunchKernel) or 1 (programmatic)");
+        return NULL;
+    }
+    if (flags == 1 && cu_launch_ex == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "launch: bind_ex(address of cuLaunchKernelEx) was not called");
         return NULL;
     }
     void *fn = PyLong_AsVoidPtr(args[0]);
@@ -71,7 +102,17 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     void *stream = PyLong_AsVoidPtr(args[8]);
     void **params = (void **)PyLong_AsVoidPtr(args[9]);
     if (PyErr_Occurred()) return NULL;
-    int err = cu_launch(fn, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream, params, NULL);
+    int err;
+    if (flags == 0) {
+        err = cu_launch(fn, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream, params, NULL);
+    } else {
+        launch_attribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.v.value = 1;
+        launch_config config = {{dims[0], dims[1], dims[2]}, {dims[3], dims[4], dims[5]}, dims[6], stream, &attr, 1};
+        err = cu_launch_ex(&config, fn, params, NULL);
+    }
     if (err == 0) {
         Py_INCREF(success);
         return success;
@@ -81,6 +122,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)bind, METH_O, "bind(address): the cuLaunchKernel to call"},
+    {"bind_ex", (PyCFunction)bind_ex, METH_O, "bind_ex(address): the cuLaunchKernelEx to call for flag 1"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> (CUresult,)"},
     {NULL, NULL, 0, NULL}};

@@ -10,7 +10,10 @@ The interface (what launcher.py, binder.py and jit.py call):
     load_function(image, name, device)      cubin bytes or PTX text -> a function handle (module kept alive)
     set_max_dynamic_shared(fn, nbytes)      opt in to more than 48 KB of dynamic shared memory
     max_shared_per_block(device) -> int     the opt-in limit, for a readable error before launching
-    launch                                  cuLaunchKernel itself (11 arguments, returns a tuple, first the error)
+    launch                                  cuLaunchKernel itself (11 arguments, returns a tuple, first the error;
+                                            the last, `extra`, is the launch_flags value: 0, or 1 for a
+                                            programmatic dependent launch through cuLaunchKernelEx)
+    launch_flags(programmatic) (optional)   that flag for a kernel (metadata `programmatic_launch`); absent: 0
     error_message(err) -> str               "CUDA_ERROR_X: description"
     ensure_context(device)                  make torch's (primary) context current on this thread
 
@@ -80,6 +83,7 @@ class CudaDriver:
         self._check(cu.cuInit(0), "cuInit")
         # Handles as ints -> cuda-bindings objects, for the calls other than launch (c_launch takes ints).
         self._functions: dict[int, Any] = {}
+        self.programmatic = False  # launches through cuLaunchKernelEx (c_launch.PROGRAMMATIC) are possible
         self.c_launch = self._use_c_launch()
 
     def _use_c_launch(self) -> bool:
@@ -96,9 +100,22 @@ class CudaDriver:
         except (OSError, AttributeError):
             return False
         fast.bind(address)
+        try:  # programmatic dependent launch (CUDA >= 11.8 drivers)
+            fast.bind_ex(ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx, ctypes.c_void_p).value)
+            self.programmatic = True
+        except (OSError, AttributeError):
+            pass
         self.launch = fast.launch
         self.streams = StreamObjects(lambda raw: raw)  # raw handles as they are (a dict hit, no Python code)
         return True
+
+    def launch_flags(self, programmatic: bool) -> int:
+        """The `extra` argument of `launch` for a kernel: c_launch.PROGRAMMATIC for one that waits on the previous
+        grid (mt.grid_dependency_wait) where the C launcher has cuLaunchKernelEx, else 0 (a plain launch: the
+        kernel's wait then returns at once)."""
+        from .c_launch import PROGRAMMATIC
+
+        return PROGRAMMATIC if programmatic and self.programmatic else 0
 
     def _check(self, result: tuple, what: str) -> Any:
         err, *rest = result

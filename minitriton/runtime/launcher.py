@@ -117,6 +117,9 @@ class Launcher:
         self.threads = 32 * int(meta["num_warps"])
         self.static_shared = int(meta.get("shared") or 0)
         self.dynamic_shared = int(meta.get("dynamic_shared") or 0)
+        # launch flags, the driver launch's last argument (driver.launch_flags: 0 where the driver has no early launch)
+        self.programmatic = bool(meta.get("programmatic_launch"))
+        self.flags = 0
         params = meta["params"]
         self.params = ParamBuffer([slot_for(p["name"], p["type"], p["size"], p["align"]) for p in params])
         position = {n: i for i, n in enumerate(runtime_names)}
@@ -151,6 +154,8 @@ class Launcher:
         """The function handle on `device`, loaded through `driver` on first use."""
         if driver is not self.driver:  # a different driver (tests swap in fakes): handles are not shared
             self.driver, self.functions = driver, {}
+            flags = getattr(driver, "launch_flags", None)  # drivers without it (test fakes) launch plainly
+            self.flags = flags(self.programmatic) if flags is not None else 0
         fn = self.functions.get(device)
         return fn if fn is not None else self._load(driver, device)
 
@@ -162,7 +167,7 @@ class Launcher:
                 self.owner = threading.get_ident()
         params = self.params
         return (driver, fn, self.pack, params.buffer, params.address, self.threads, self.dynamic_shared, self.owner,
-                self)
+                self, self.flags)
 
     def __call__(self, driver: Any, device: int, gx: int, gy: int, gz: int, raw: list) -> None:
         """Launch on torch's current stream of `device` (the generic path; binder.py inlines the same steps)."""
@@ -184,7 +189,7 @@ class Launcher:
             self.pack(params.buffer, 0, *raw)
         except PACK_ERRORS as e:
             raise self.pack_error(raw, e) from None
-        return launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared, stream, params.address, 0)[0]
+        return launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared, stream, params.address, self.flags)[0]
 
     def launch_shared(self, launch: Any, fn: Any, gx: int, gy: int, gz: int, stream: Any,
                       raw: Sequence[Any]) -> Any:
@@ -198,7 +203,7 @@ class Launcher:
                 self.pack(params.buffer, 0, *raw)
             except PACK_ERRORS as e:
                 raise self.pack_error(raw, e) from None
-            return launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared, stream, params.address, 0)[0]
+            return launch(fn, gx, gy, gz, self.threads, 1, 1, self.dynamic_shared, stream, params.address, self.flags)[0]
 
     def _load(self, driver: Any, device: int) -> Any:
         compiled = self.compiled
