@@ -830,7 +830,7 @@ class KernelCompiler:
             return RangeCall.make(args, kwargs)
         if fn is mtl.static_range:
             return mtl.static_range(*args)
-        if fn in (mtl.warp_specialize, mtl.partition):
+        if fn in (mtl.warp_specialize, mtl.partition, mtl.blocked):
             if any(isinstance(a, TileValue) for a in list(args) + list(kwargs.values())):
                 raise CompilationError(f"mt.{fn.__name__} takes compile-time values")
             return fn(*args, **kwargs)

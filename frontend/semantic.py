@@ -509,9 +509,11 @@ class Semantic:
         p, m = self.broadcast_all(p, m)
         return p, m
 
-    def load(self, pointer: Any, mask: Any, other: Any, cache_modifier: Any = "", l2_prefetch: Any = 0) -> TileValue:
+    def load(self, pointer: Any, mask: Any, other: Any, cache_modifier: Any = "", l2_prefetch: Any = 0,
+             layout: Any = None) -> TileValue:
         p = self.pointer_operand(pointer, "load")
-        attrs = {**self.cache_modifier_attr(cache_modifier), **self.l2_prefetch_attr(l2_prefetch)}
+        attrs = {**self.cache_modifier_attr(cache_modifier), **self.l2_prefetch_attr(l2_prefetch),
+                 **self.layout_attr(layout, p)}
         operands = [p]
         if mask is not None:
             p, m = self.mask_operand(mask, p)
@@ -534,6 +536,28 @@ class Semantic:
             raise error(f"load(cache_modifier=...) must be one of '', {', '.join(map(repr, CACHE_MODIFIERS))}, "
                         f"got {cache_modifier!r}")
         return {"cache_modifier": cache_modifier}
+
+    @staticmethod
+    def layout_attr(layout: Any, p: TileValue) -> dict[str, Any]:
+        """The load's explicit `layout` attr (an mt.blocked of the tile's rank), checked here (num_warps: tiling)."""
+        if layout is None:
+            return {}
+        from minitriton import language as mtl
+        from minitriton.ir.layouts import blocked as blocked_layout
+
+        if not isinstance(layout, mtl.blocked):
+            raise error(f"load(layout=...) takes an mt.blocked(size_per_thread, threads_per_warp, warps_per_cta, "
+                        f"order), got {layout!r}")
+        rank = len(p.type.shape) if p.is_tile else 0
+        fields = (layout.size_per_thread, layout.threads_per_warp, layout.warps_per_cta, layout.order)
+        if not all(isinstance(x, int) and not isinstance(x, bool) for f in fields for x in f):
+            raise error(f"load(layout={layout!r}) takes compile-time ints")
+        if rank == 0 or any(len(f) != rank for f in fields):
+            raise error(f"load(layout={layout!r}) needs a tile load with one entry per dim (rank {rank})")
+        try:
+            return {"layout": blocked_layout(*fields)}
+        except ValueError as e:
+            raise error(f"load(layout={layout!r}): {e}") from None
 
     @staticmethod
     def l2_prefetch_attr(l2_prefetch: Any) -> dict[str, int]:

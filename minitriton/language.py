@@ -20,7 +20,7 @@ from .ir.types import (ScalarType, bfloat16, float16, float32, float64, int1, in
 __all__ = [
     "constexpr", "dtype", "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "program_id", "num_programs", "arange", "zeros", "full", "load",
-    "store", "prefetch", "atomic_add", "fence", "grid_dependency_wait", "launch_dependents", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where",
+    "blocked", "store", "prefetch", "atomic_add", "fence", "grid_dependency_wait", "launch_dependents", "barrier", "load_tensor_descriptor", "store_tensor_descriptor", "dot", "where",
     "sum", "max", "min", "cumsum", "cummax", "cummin", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin",
     "cos", "tanh", "floor", "ceil", "erf", "maximum", "minimum", "fma", "cdiv", "cast", "bitcast_split", "trans",
     "cat", "reshape", "broadcast_to", "expand_dims", "static_range", "static_assert", "ring", "warp_specialize",
@@ -94,9 +94,25 @@ def full(shape: Any, value: Any, dtype: ScalarType, _sem: Any = None) -> Any:
 # ------------------------------------------------------------------------------------------- memory
 
 
+class blocked:
+    """An explicit register layout for `mt.load(..., layout=mt.blocked(...))`, Triton's BlockedEncodingAttr: each
+    thread holds size_per_thread[d] consecutive elements along dim d, threads_per_warp (product 32) and
+    warps_per_cta (product num_warps) spread threads and warps over the dims, `order` lists the dims fastest
+    first; the pattern repeats to cover the tile. E.g. `mt.blocked([128, 1], [1, 32], [1, 4], [0, 1])` for a
+    [128, 128] tile gives each thread a whole column, so a sum over axis 0 stays inside the thread."""
+
+    def __init__(self, size_per_thread: Any, threads_per_warp: Any, warps_per_cta: Any, order: Any):
+        self.size_per_thread, self.threads_per_warp = list(size_per_thread), list(threads_per_warp)
+        self.warps_per_cta, self.order = list(warps_per_cta), list(order)
+
+    def __repr__(self) -> str:
+        return (f"mt.blocked({self.size_per_thread}, {self.threads_per_warp}, {self.warps_per_cta}, "
+                f"{self.order})")
+
+
 @builtin
 def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "", l2_prefetch: int = 0,
-         _sem: Any = None) -> Any:
+         layout: blocked | None = None, _sem: Any = None) -> Any:
     """Read the values at `pointer` (a pointer or a tile of pointers). Lanes where `mask` is false are not
     read and give `other` (0 when not given). `cache_modifier` picks the PTX cache operator of the global load,
     spelled as Triton spells it: "" (the default: cached in L1 and L2), ".ca" (the same, explicitly), ".cg" (L2
@@ -105,8 +121,11 @@ def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str 
     every choice reads the same values. Loads the pipeline pass turns into async copies do not keep it.
     `l2_prefetch` (64, 128 or 256; 0: the hardware's default) is how many bytes around a missed address the L2
     fetches from DRAM (PTX `.L2::256B`): for a stream read in 128-byte pieces, 256 brings the next piece in with
-    the current one, doubling the bytes in flight per load. Also a hint only."""
-    return _sem.load(pointer, mask, other, cache_modifier, l2_prefetch)
+    the current one, doubling the bytes in flight per load. Also a hint only.
+    `layout` (an `mt.blocked`) fixes the register layout the tile is loaded in instead of the coalesced one the
+    compiler picks; what flows from the load takes it (until a reduction or another access decides otherwise).
+    For when the math wants elements in one thread more than the memory wants coalescing."""
+    return _sem.load(pointer, mask, other, cache_modifier, l2_prefetch, layout)
 
 
 @builtin

@@ -63,6 +63,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from minitriton.errors import CompilationError
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
 from minitriton.ir.layouts import (WARP_SIZE, blocked, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
@@ -339,6 +340,21 @@ class _Solver:
         self.vector_width[node.op] = width
         self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
 
+    def _decide_explicit(self, node: _Node) -> None:
+        """A load with an explicit `layout` attr: that layout, whatever the coalescing would pick (checked against
+        the program's warps here, where num_warps is known), its vector width what the layout and the axis facts
+        allow."""
+        op = node.op
+        enc = op.attrs.pop("layout")
+        warps = 1
+        for w in enc.get("warpsPerCTA"):
+            warps *= w
+        if warps != self.op_warps[op]:
+            raise CompilationError(f"load(layout=...) places {warps} warps (warps_per_cta "
+                                   f"{list(enc.get('warpsPerCTA'))}); the program has {self.op_warps[op]}", op.loc)
+        self.vector_width[op] = width_in_layout(op, self.analysis, enc)
+        self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
+
     def _is_weak(self, node: _Node) -> bool:
         """A small access: a load / store of at most one 16-byte vector per thread whose tile is not (through
         elementwise ops) loop-carried. Not an anchor up front: a small load takes the layout its consumers want when
@@ -433,7 +449,9 @@ class _Solver:
         self.analysis = analysis
         self.weak: set[_Node] = set()
         for node in self.nodes:  # 1. anchors, all fixed before any flooding so no flood can override one
-            if node.rule in _MEMORY and node.uses and node.uses[0][1] == 0:
+            if node.rule == "mt.load" and "layout" in node.op.attrs:  # explicit: mt.load(..., layout=mt.blocked)
+                self._decide_explicit(node)
+            elif node.rule in _MEMORY and node.uses and node.uses[0][1] == 0:
                 if self._is_weak(node):
                     self.weak.add(node)  # decided by the flood that reaches it first (see _try)
                     continue

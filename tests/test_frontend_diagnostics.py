@@ -40,6 +40,7 @@ CASES = {
     "load_non_pointer": ("load needs a pointer", {}),
     "load_bad_cache_modifier": ("cache_modifier=...) must be one of '', '.ca', '.cg'", {}),
     "load_bad_l2_prefetch": ("l2_prefetch=...) must be 0 or one of 64, 128, 256 (bytes), got 512", {}),
+    "load_layout_rank": ("needs a tile load with one entry per dim (rank 1)", {}),
     "fence_bad_sem": ("fence(sem=...) must be one of 'acq_rel', 'release', 'acquire', got 'seq_cst'", {}),
     "prefetch_bad_level": ("prefetch(level=...) must be one of 'L1', 'L2', got 'L3'", {}),
     "return_in_runtime_loop": ("'return' inside a runtime for/while loop", {}),

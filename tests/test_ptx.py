@@ -186,6 +186,16 @@ def copy_other(x_ptr, out_ptr, n, BLOCK: mt.constexpr, OTHER: mt.constexpr):
 
 
 @mt.kernel
+def column_sums(x_ptr, out_ptr, K: mt.constexpr, V: mt.constexpr):
+    """An explicit layout (mt.load(layout=...)): each thread loads a whole column of the [K, V] tile, so the sum
+    over axis 0 is a chain inside the thread (no shuffle, no shared memory)."""
+    k = mt.arange(0, K)
+    v = mt.arange(0, V)
+    s = mt.load(x_ptr + k[:, None] * V + v[None, :], layout=mt.blocked([K, 1], [1, 32], [1, 4], [0, 1]))
+    mt.store(out_ptr + v, mt.sum(s * s, axis=0))
+
+
+@mt.kernel
 def ordered_programs(x_ptr, part_ptr, sync_ptr, out_ptr, n, BLOCK: mt.constexpr):
     """Programs publishing to each other (what WarpDecode's one-launch kernel does): each sums its block into part,
     then waits for its ticket (program p until p programs went before it: a poll, then an acquire fence), records
@@ -342,6 +352,9 @@ CASES: dict[str, Case] = {
                         {"x_ptr": 16, "acc_ptr": 16, "old_ptr": 16}),
                     (5,), lambda g: [_randn(g, 300), torch.zeros(8), nan_like((300,), torch.float32), 300], [1],
                     bound=1e-5, gpu_bound=1e-5, expect=[r"atom\.global\.add\.f32"]),
+    "column_sums": Case(dsl(column_sums, {"x_ptr": P(f32), "out_ptr": P(f32)}, {"K": 16, "V": 128}, {"x_ptr": 16}),
+                        (1,), lambda g: [_randn(g, 16 * 128), nan_like((128,), torch.float32)], [1], bound=1e-5,
+                        gpu_bound=1e-5, expect=[r"ld\.global\.b32"]),
     "ordered_programs": Case(dsl(ordered_programs, {"x_ptr": P(f32), "part_ptr": P(f32), "sync_ptr": P(i32),
                                                     "out_ptr": P(f32), "n": i32}, {"BLOCK": 128}, {"x_ptr": 16}),
                              (6,), lambda g: [_randn(g, 700), nan_like((6,), torch.float32),
@@ -802,3 +815,13 @@ def test_simulated_fma_rounds_once() -> None:
         assert np.array_equal(got, exact) and np.array_equal(np.signbit(got), np.signbit(exact)), t
     x, y, z = a[:2], b[:2], c[:2]
     assert not np.array_equal((x * y + z).astype(np.float32), ptx_sim._fma_f64_exact(x, y, z, "f32"))  # the trap
+
+
+def test_explicit_layout_keeps_the_reduction_in_thread() -> None:
+    """mt.load(layout=...) puts a whole column in each thread: the axis-0 sum needs no shuffle and no shared memory;
+    a layout whose warps do not match the program's is a compile error at the load."""
+    ptx, _, _ = lower(CASES["column_sums"].make)
+    assert "shfl" not in ptx and "bar.sync" not in ptx and "st.shared" not in ptx
+    with pytest.raises(mt.CompilationError, match=r"load\(layout=...\) places 4 warps .* the program has 8"):
+        lower(dsl(column_sums, {"x_ptr": P(f32), "out_ptr": P(f32)}, {"K": 16, "V": 128}, {"x_ptr": 16},
+                  num_warps=8))

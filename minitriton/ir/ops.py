@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .core import Operation
-from .types import FunctionType, PointerType, ScalarType, TensorDescType, TensorType, Type, with_scalar, i1
+from .types import FunctionType, LayoutAttr, PointerType, ScalarType, TensorDescType, TensorType, Type, with_scalar, i1
 
 
 class VerifyError(Exception):
@@ -469,7 +469,8 @@ CACHE_LINE_BYTES = 128  # what one mt.prefetch brings in (the tiling pass and th
 
 @op("mt.load", "Reads pointee values; operands (ptr[, mask[, other]]). Masked-off lanes give `other` (else 0). "
     "Optional attr `cache_modifier` (one of CACHE_MODIFIERS): the PTX cache operator of the global load. Optional "
-    "attr `l2_prefetch` (one of L2_PREFETCH_BYTES): the bytes the L2 fetches on a miss.", pure=False)
+    "attr `l2_prefetch` (one of L2_PREFETCH_BYTES): the bytes the L2 fetches on a miss. Optional attr `layout` "
+    "(#mt.blocked): the layout the tiling pass gives the load instead of the coalesced one.", pure=False)
 def _load(o: Operation) -> None:
     counts(o, (1, 2, 3), 1)
     p = o.operands[0].type
@@ -477,6 +478,10 @@ def _load(o: Operation) -> None:
         fail(o, f"first operand must be a pointer, got {p}")
     if "cache_modifier" in o.attrs and attr(o, "cache_modifier", str) not in CACHE_MODIFIERS:
         fail(o, f"cache_modifier must be one of {', '.join(CACHE_MODIFIERS)}, got {o.attrs['cache_modifier']!r}")
+    if "layout" in o.attrs and (not p.is_tensor or not isinstance(o.attrs["layout"], LayoutAttr)
+                                or o.attrs["layout"].kind != "blocked"
+                                or len(o.attrs["layout"].get("order")) != len(p.shape)):  # type: ignore[union-attr]
+        fail(o, f"attr layout must be a #mt.blocked layout of the pointer tile's rank, got {o.attrs['layout']}")
     if "l2_prefetch" in o.attrs and attr(o, "l2_prefetch", int) not in L2_PREFETCH_BYTES:
         fail(o, f"l2_prefetch must be one of {', '.join(map(str, L2_PREFETCH_BYTES))}, got {o.attrs['l2_prefetch']!r}")
     want = with_scalar(p, p.scalar.pointee)  # type: ignore[union-attr]

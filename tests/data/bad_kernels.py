@@ -125,6 +125,10 @@ def load_bad_l2_prefetch(x_ptr, n):
     y = mt.load(x_ptr, l2_prefetch=512)  # ERR
 
 
+def load_layout_rank(x_ptr, n):
+    y = mt.load(x_ptr + mt.arange(0, 16), layout=mt.blocked([1, 1], [1, 32], [1, 4], [0, 1]))  # ERR
+
+
 def fence_bad_sem(x_ptr, n):
     mt.fence("seq_cst")  # ERR
 
