@@ -513,7 +513,7 @@ class Semantic:
              layout: Any = None) -> TileValue:
         p = self.pointer_operand(pointer, "load")
         attrs = {**self.cache_modifier_attr(cache_modifier), **self.l2_prefetch_attr(l2_prefetch),
-                 **self.layout_attr(layout, p)}
+                 **self.layout_attr(layout, p, "load")}
         operands = [p]
         if mask is not None:
             p, m = self.mask_operand(mask, p)
@@ -538,26 +538,27 @@ class Semantic:
         return {"cache_modifier": cache_modifier}
 
     @staticmethod
-    def layout_attr(layout: Any, p: TileValue) -> dict[str, Any]:
-        """The load's explicit `layout` attr (an mt.blocked of the tile's rank), checked here (num_warps: tiling)."""
+    def layout_attr(layout: Any, p: TileValue, what: str = "load") -> dict[str, Any]:
+        """A load's or store's explicit `layout` attr (an mt.blocked of the tile's rank), checked here (num_warps:
+        the tiling pass)."""
         if layout is None:
             return {}
         from minitriton import language as mtl
         from minitriton.ir.layouts import blocked as blocked_layout
 
         if not isinstance(layout, mtl.blocked):
-            raise error(f"load(layout=...) takes an mt.blocked(size_per_thread, threads_per_warp, warps_per_cta, "
+            raise error(f"{what}(layout=...) takes an mt.blocked(size_per_thread, threads_per_warp, warps_per_cta, "
                         f"order), got {layout!r}")
         rank = len(p.type.shape) if p.is_tile else 0
         fields = (layout.size_per_thread, layout.threads_per_warp, layout.warps_per_cta, layout.order)
         if not all(isinstance(x, int) and not isinstance(x, bool) for f in fields for x in f):
-            raise error(f"load(layout={layout!r}) takes compile-time ints")
+            raise error(f"{what}(layout={layout!r}) takes compile-time ints")
         if rank == 0 or any(len(f) != rank for f in fields):
-            raise error(f"load(layout={layout!r}) needs a tile load with one entry per dim (rank {rank})")
+            raise error(f"{what}(layout={layout!r}) needs a tile {what} with one entry per dim (rank {rank})")
         try:
             return {"layout": blocked_layout(*fields)}
         except ValueError as e:
-            raise error(f"load(layout={layout!r}): {e}") from None
+            raise error(f"{what}(layout={layout!r}): {e}") from None
 
     @staticmethod
     def l2_prefetch_attr(l2_prefetch: Any) -> dict[str, int]:
@@ -576,7 +577,7 @@ class Semantic:
         operands = [p] if mask is None else list(self.mask_operand(mask, p))
         self.b.create("mt.prefetch", [v.handle for v in operands], attrs={"level": level})
 
-    def store(self, pointer: Any, value: Any, mask: Any) -> None:
+    def store(self, pointer: Any, value: Any, mask: Any, layout: Any = None) -> None:
         p = self.pointer_operand(pointer, "store")
         v = self.cast(value, p.dtype.pointee)  # type: ignore[union-attr]
         if v.is_tile and (not p.is_tile or self.broadcast_shapes(p.shape, v.shape) != p.shape):
@@ -587,7 +588,7 @@ class Semantic:
             operands = self.broadcast_all(p, v, m)
         else:
             operands = self.broadcast_all(p, v)
-        self.b.create("mt.store", [o.handle for o in operands])
+        self.b.create("mt.store", [o.handle for o in operands], attrs=self.layout_attr(layout, operands[0], "store"))
 
     def barrier(self) -> None:
         self.b.create("mt.barrier", [])

@@ -146,9 +146,11 @@ def prefetch(pointer: Any, mask: Any = None, level: str = "L1", _sem: Any = None
 
 
 @builtin
-def store(pointer: Any, value: Any, mask: Any = None, _sem: Any = None) -> None:
-    """Write `value` (converted to the pointee type) at `pointer`; lanes where `mask` is false write nothing."""
-    return _sem.store(pointer, value, mask)
+def store(pointer: Any, value: Any, mask: Any = None, layout: blocked | None = None, _sem: Any = None) -> None:
+    """Write `value` (converted to the pointee type) at `pointer`; lanes where `mask` is false write nothing.
+    `layout` (an `mt.blocked`, as for mt.load) stores the tile from that register layout instead of the coalesced
+    one (e.g. the layout it was computed in: no conversion through shared memory)."""
+    return _sem.store(pointer, value, mask, layout)
 
 
 @builtin

@@ -341,7 +341,7 @@ class _Solver:
         self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
 
     def _decide_explicit(self, node: _Node) -> None:
-        """A load with an explicit `layout` attr: that layout, whatever the coalescing would pick (checked against
+        """A load or store with an explicit `layout` attr: that layout, whatever the coalescing would pick (checked against
         the program's warps here, where num_warps is known), its vector width what the layout and the axis facts
         allow."""
         op = node.op
@@ -350,7 +350,7 @@ class _Solver:
         for w in enc.get("warpsPerCTA"):
             warps *= w
         if warps != self.op_warps[op]:
-            raise CompilationError(f"load(layout=...) places {warps} warps (warps_per_cta "
+            raise CompilationError(f"{op.name[3:]}(layout=...) places {warps} warps (warps_per_cta "
                                    f"{list(enc.get('warpsPerCTA'))}); the program has {self.op_warps[op]}", op.loc)
         self.vector_width[op] = width_in_layout(op, self.analysis, enc)
         self._decide(node, ({v: enc for v in node.defs}, {s: enc for s in node.uses}))
@@ -449,7 +449,7 @@ class _Solver:
         self.analysis = analysis
         self.weak: set[_Node] = set()
         for node in self.nodes:  # 1. anchors, all fixed before any flooding so no flood can override one
-            if node.rule == "mt.load" and "layout" in node.op.attrs:  # explicit: mt.load(..., layout=mt.blocked)
+            if node.rule in ("mt.load", "mt.store") and "layout" in node.op.attrs:  # explicit: layout=mt.blocked
                 self._decide_explicit(node)
             elif node.rule in _MEMORY and node.uses and node.uses[0][1] == 0:
                 if self._is_weak(node):

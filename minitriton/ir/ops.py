@@ -478,10 +478,7 @@ def _load(o: Operation) -> None:
         fail(o, f"first operand must be a pointer, got {p}")
     if "cache_modifier" in o.attrs and attr(o, "cache_modifier", str) not in CACHE_MODIFIERS:
         fail(o, f"cache_modifier must be one of {', '.join(CACHE_MODIFIERS)}, got {o.attrs['cache_modifier']!r}")
-    if "layout" in o.attrs and (not p.is_tensor or not isinstance(o.attrs["layout"], LayoutAttr)
-                                or o.attrs["layout"].kind != "blocked"
-                                or len(o.attrs["layout"].get("order")) != len(p.shape)):  # type: ignore[union-attr]
-        fail(o, f"attr layout must be a #mt.blocked layout of the pointer tile's rank, got {o.attrs['layout']}")
+    _explicit_layout(o, p)
     if "l2_prefetch" in o.attrs and attr(o, "l2_prefetch", int) not in L2_PREFETCH_BYTES:
         fail(o, f"l2_prefetch must be one of {', '.join(map(str, L2_PREFETCH_BYTES))}, got {o.attrs['l2_prefetch']!r}")
     want = with_scalar(p, p.scalar.pointee)  # type: ignore[union-attr]
@@ -493,10 +490,20 @@ def _load(o: Operation) -> None:
         fail(o, f"other must be {want}")
 
 
-@op("mt.store", "Writes values; operands (ptr, value[, mask]). Masked-off lanes write nothing.", pure=False)
+def _explicit_layout(o: Operation, p: Type) -> None:
+    """An explicit `layout` attr (mt.load / mt.store): a #mt.blocked of the pointer tile's rank."""
+    enc = o.attrs.get("layout")
+    if enc is not None and (not p.is_tensor or not isinstance(enc, LayoutAttr) or enc.kind != "blocked"
+                            or len(enc.get("order")) != len(p.shape)):  # type: ignore[union-attr]
+        fail(o, f"attr layout must be a #mt.blocked layout of the pointer tile's rank, got {enc}")
+
+
+@op("mt.store", "Writes values; operands (ptr, value[, mask]). Masked-off lanes write nothing. Optional attr "
+    "`layout` as mt.load's.", pure=False)
 def _store(o: Operation) -> None:
     counts(o, (2, 3), 0)
     p, v = o.operands[0].type, o.operands[1].type
+    _explicit_layout(o, p)
     if not p.is_pointer or strip(v) != strip(with_scalar(p, p.scalar.pointee)):  # type: ignore[union-attr]
         fail(o, f"stores {p} <- {v}: value must match the pointee and shape")
     if len(o.operands) > 2 and strip(o.operands[2].type) != strip(with_scalar(p, i1)):
