@@ -1181,6 +1181,66 @@ def _staged_new_token(S, row, o_row, cols, offs_v, o_offs, o_lane, K: mt.constex
     return S
 
 
+@mt.func
+def _col_vector(at, offs_k, offs_v, column):
+    """COLUMN: the K vector at `at` as a [K, V] tile in the column layout (a V column of the state per thread):
+    every thread reads the whole vector, 16 bytes at a time, from the same addresses as its neighbours (L1
+    broadcasts); nothing goes through shared memory and nothing is exchanged between threads."""
+    return mt.load(at + offs_k[:, None] + offs_v[None, :] * 0, layout=column)
+
+
+@mt.func
+def _replay_token(S, row, cols, offs_k, offs_v, column, K: mt.constexpr, V: mt.constexpr, COLUMN: mt.constexpr):
+    """`_staged_replay`, or with COLUMN the same math on the [K, V] column-owner state: the matvec over K is a
+    chain inside each thread, u stays in the thread that owns its column."""
+    if COLUMN:
+        v = mt.load(row + 4 * K + offs_v)
+        beta = mt.load(row + 4 * K + V)
+        u = beta * (v - mt.sum(S * _col_vector(row + K, offs_k, offs_v, column), axis=0))
+        S = S + u[None, :] * _col_vector(row + 2 * K, offs_k, offs_v, column)
+    else:
+        S = _staged_replay(S, row, cols, offs_v, K, V)
+    return S
+
+
+@mt.func
+def _new_token(S, row, o_row, cols, offs_k, offs_v, o_offs, o_lane, column, K: mt.constexpr, V: mt.constexpr,
+               OR: mt.constexpr, VW: mt.constexpr, COLUMN: mt.constexpr, UPDATE: mt.constexpr = True):
+    """`_staged_new_token`, or with COLUMN on the column-owner state (the output row stored in plain order: each
+    thread writes its own column's value)."""
+    if COLUMN:
+        v = mt.load(row + 4 * K + offs_v)
+        beta = mt.load(row + 4 * K + V)
+        kq = mt.load(row + 4 * K + V + 1)
+        sq = mt.sum(S * _col_vector(row + 3 * K, offs_k, offs_v, column), axis=0)
+        u = beta * (v - mt.sum(S * _col_vector(row + K, offs_k, offs_v, column), axis=0))
+        mt.store(o_row + offs_v, sq + u * kq)
+        if UPDATE:
+            S = S + u[None, :] * _col_vector(row + 2 * K, offs_k, offs_v, column)
+    else:
+        S = _staged_new_token(S, row, o_row, cols, offs_v, o_offs, o_lane, K, V, OR, VW, UPDATE)
+    return S
+
+
+@mt.func
+def _store_state(state_at, S, column, COLUMN: mt.constexpr):
+    """The committed state's store, from the registers that hold it (COLUMN: the column layout, no exchange)."""
+    if COLUMN:
+        mt.store(state_at, S, layout=column)
+    else:
+        mt.store(state_at, S)
+
+
+@mt.func
+def _decayed(S, at, cols, offs_k, offs_v, column, COLUMN: mt.constexpr):
+    """S times the D column at `at` (a run's fold, and the committed state S D_0), in either state layout."""
+    if COLUMN:
+        S = S * _col_vector(at, offs_k, offs_v, column)
+    else:
+        S = S * _column(at, cols)
+    return S
+
+
 def staged_prefetch_pointers(prefetch: int, pf_floats: int, half_rows: int, row_floats: int) -> int:
     """NPF of `kda_decode_staged_kernel`: the size of its prefetch pointer tile. PREFETCH 1 / 3 (the item's token
     rows at once) point at every `pf_floats` floats of the 2 TH token rows; PREFETCH 2 (one row per token) at every
@@ -1243,7 +1303,7 @@ def kda_decode_staged_kernel(
         KL: mt.constexpr, KV: mt.constexpr, TH: mt.constexpr, TN: mt.constexpr, OR: mt.constexpr,
         ONE_RUN: mt.constexpr, PREFETCH: mt.constexpr = 0, PF: mt.constexpr = 32, NPF: mt.constexpr = 1,
         AHEAD: mt.constexpr = 1, NPS: mt.constexpr = 0, STATE_CACHE: mt.constexpr = "",
-        LATE_STATE: mt.constexpr = False):
+        LATE_STATE: mt.constexpr = False, COLUMN: mt.constexpr = False):
     """The step for T > 1 with the whole state in registers and no barrier in the token loops (variant `staged`).
     A persistent grid; each program works through (row, head) items with its own scratch (L2/L1-resident):
       1. the raw q | k | v of every sequence position (the committed window, the replayed drafts, the new tokens)
@@ -1274,7 +1334,11 @@ def kda_decode_staged_kernel(
     this head's conv taps at the item's start.
     STATE_CACHE: the state load's cache modifier (".cg": read through L2 only, so the 64 KB of state an item
     reads does not evict the rows from L1). LATE_STATE: the state is prefetched into L2 at the item's start and
-    loaded after the prologue, whose loads then have its 64 registers."""
+    loaded after the prologue, whose loads then have its 64 registers.
+    COLUMN (variant staged_col; num_warps = V / 32, not with LATE_STATE or PREFETCH 2): the state is a [K, V] tile
+    with a whole V column in each thread (mt.load(layout=...)); the token loops' matvecs over K are chains inside
+    the thread and the K vectors are [K, V] broadcast loads (`_col_vector`): no shuffle, no exchange
+    (tools/column_owner_probe.py: 526 SASS a new token at K3)."""
     pid = mt.program_id(0)
     T = NUM_DRAFTS + 1
     C = 2 * H * K + H * V
@@ -1295,6 +1359,9 @@ def kda_decode_staged_kernel(
     reg_cols = (mt.arange(0, KJ)[:, None] * (KL * KV) + mt.arange(0, KV)[None, :])[:, None, None, :]
     cols = (lane_cols, reg_cols)
     state_offs = offs_v[None, :, None, None] * K + lane_cols + reg_cols
+    column = mt.blocked([K, 1], [1, 32], [1, V // 32], [0, 1])  # COLUMN: a V column of the state per thread
+    if COLUMN:
+        state_offs = offs_k[:, None] + offs_v[None, :] * K
     o_lane = mt.arange(0, KL)[None, :]
     o_offs = mt.arange(0, VW)[:, None] * OR + o_lane * 0
     norm_w = mt.load(o_norm_w_ptr + offs_v)
@@ -1319,6 +1386,8 @@ def kda_decode_staged_kernel(
                 _prefetch_span(state_ptr + (slot64 * H + h) * (V * K), V * K, V * K // 32, 32, False, num_items,
                                "L2")
                 S = mt.zeros(state_at.shape, mt.float32)
+            elif COLUMN:
+                S = mt.load(state_at, cache_modifier=STATE_CACHE, layout=column)
             else:
                 S = mt.load(state_at, cache_modifier=STATE_CACHE)  # the committed state, in flight in the prologue
             dt_bias = mt.load(dt_bias_ptr + h * K + offs_k)
@@ -1424,39 +1493,39 @@ def kda_decode_staged_kernel(
                 for j in range(0, n_replay):
                     if PREFETCH == 2:
                         _prefetch_row(scr, j + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                    S = _staged_replay(S, scr + j * RS, cols, offs_v, K, V)
+                    S = _replay_token(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
                 # the replays' run ends: its last D (no replay: row 0, whose g = 0 makes D = 1)
-                S = S * _column(scr + mt.maximum(n_replay - 1, 0) * RS, cols)
+                S = _decayed(S, scr + mt.maximum(n_replay - 1, 0) * RS, cols, offs_k, offs_v, column, COLUMN)
                 if PREFETCH == 2:
                     _prefetch_row(scr, n_replay + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                S = _staged_new_token(S, bonus_row, o_area, cols, offs_v, o_offs, o_lane, K, V, OR, VW)
-                mt.store(state_at, S * _column(bonus_row, cols))
+                S = _new_token(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR, VW, COLUMN)
+                _store_state(state_at, _decayed(S, bonus_row, cols, offs_k, offs_v, column, COLUMN), column, COLUMN)
                 if NUM_DRAFTS > 0:
                     for t in range(1, T - 1):
                         if PREFETCH == 2:
                             _prefetch_row(scr, n_replay + t + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                        S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_v, o_offs, o_lane, K,
-                                              V, OR, VW)
+                        S = _new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs, o_lane,
+                                       column, K, V, OR, VW, COLUMN)
                     # the last draft needs its output only (its state is dropped)
-                    _staged_new_token(S, bonus_row + (T - 1) * RS, o_area + (T - 1) * V, cols, offs_v, o_offs,
-                                      o_lane, K, V, OR, VW, False)
+                    _new_token(S, bonus_row + (T - 1) * RS, o_area + (T - 1) * V, cols, offs_k, offs_v, o_offs,
+                               o_lane, column, K, V, OR, VW, COLUMN, False)
             else:
                 for j0 in range(0, n_replay, R):
                     j1 = mt.minimum(j0 + R, n_replay)
                     for j in range(j0, j1):
-                        S = _staged_replay(S, scr + j * RS, cols, offs_v, K, V)
-                    S = S * _column(scr + (j1 - 1) * RS, cols)
-                S = _staged_new_token(S, bonus_row, o_area, cols, offs_v, o_offs, o_lane, K, V, OR, VW)
-                mt.store(state_at, S * _column(bonus_row, cols))
+                        S = _replay_token(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
+                    S = _decayed(S, scr + (j1 - 1) * RS, cols, offs_k, offs_v, column, COLUMN)
+                S = _new_token(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR, VW, COLUMN)
+                _store_state(state_at, _decayed(S, bonus_row, cols, offs_k, offs_v, column, COLUMN), column, COLUMN)
                 # the rest of the bonus token's run (`+ 0 * n_replay`: renorm_every = 1 is specialized to a constant)
                 for t in range(1, mt.minimum(R + 0 * n_replay, T)):
-                    S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_v, o_offs, o_lane, K, V,
-                                          OR, VW)
+                    S = _new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs, o_lane,
+                                   column, K, V, OR, VW, COLUMN)
                 for t0 in range(R, T, R):  # later runs: fold the previous run's last D first
-                    S = S * _column(bonus_row + (t0 - 1) * RS, cols)
+                    S = _decayed(S, bonus_row + (t0 - 1) * RS, cols, offs_k, offs_v, column, COLUMN)
                     for t in range(t0, mt.minimum(t0 + R, T)):
-                        S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_v, o_offs, o_lane,
-                                              K, V, OR, VW)
+                        S = _new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs,
+                                       o_lane, column, K, V, OR, VW, COLUMN)
 
             # 4. the output norm over all V rows (written by other threads): every new token at once, [TN, V]. The
             #    next item writes the sequence area and then, past its first barrier, the token rows (read only
@@ -1465,6 +1534,8 @@ def kda_decode_staged_kernel(
             mo = (tt < T)[:, None] & (offs_v[None, :] >= 0)
             ov = offs_v.to(mt.uint32)  # unsigned: % and // by the power of two VW are an and and a shift
             o_at = ((ov % VW) * OR + ov // VW).to(mt.int32)  # where `_store_outputs_packed` put row v
+            if COLUMN:
+                o_at = offs_v  # each thread stored its own column's output in place
             o = mt.load(o_area + tt[:, None] * V + o_at[None, :], mask=mo, other=0.0)
             toks = tok_rows[:, None] * V + offs_v[None, :]
             gate = mt.load(gate_ptr + toks, mask=mo, other=0.0).to(mt.float32)
@@ -1496,12 +1567,13 @@ class Variant:
     seq_prefetch: bool = False  # the sequence area too, after the prologue's first barrier
     state_cache: str = ""
     late_state: bool = False  # the state prefetched into L2 at the item's start, loaded after the prologue
+    column: bool = False  # the column-owner state (COLUMN): a V column per thread, V / 32 warps
 
     @property
     def t_gt_1(self) -> tuple:
         """What decides the T > 1 kernel's code (variants equal here time the same k >= 1 kernel)."""
         return (self.kernel, self.warps, self.rows, self.prefetch, self.pf_floats, self.ahead, self.seq_prefetch,
-                self.state_cache, self.late_state)
+                self.state_cache, self.late_state, self.column)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -1537,6 +1609,9 @@ VARIANTS: dict[str, Variant] = {
                         ("staged_pf2", dict(prefetch=2, ahead=2, seq_prefetch=True)),
                         ("staged_touch", dict(prefetch=3, seq_prefetch=True)),
                         ("staged_pf_late", dict(prefetch=1, seq_prefetch=True, late_state=True)))},
+    # the staged kernel on the column-owner state (2026-12-02; not yet timed): each thread a whole V column, the
+    # token loops without shuffles or exchanges (tools/column_owner_probe.py), 4 warps at K3
+    "staged_col": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_staged_kernel", 4, column=True),
 }
 # The chunked kernel factors e^(G_i - G_j) as e^G_i e^-G_j: a chunk's cumulative log-decay must stay inside fp32's
 # exponent range (rows x |lower_bound| <= CHUNK_MAX_LOG_DECAY), else the step runs the loop kernel.
@@ -1675,6 +1750,10 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
     kernel_name, warps = (chosen.t1_kernel, chosen.t1_warps) if t == 1 else (chosen.kernel, chosen.warps)
     if num_warps is None:
         num_warps = warps if kd * vd >= 128 * 128 else 4
+    if chosen.column and t > 1:  # one V column per thread: V / 32 warps
+        _check(vd % 32 == 0 and (vd // 32) & (vd // 32 - 1) == 0 and not chosen.late_state and chosen.prefetch != 2,
+               f"variant {variant!r} needs V a power of two times 32 (got {vd})")
+        num_warps = vd // 32
     _check(weights.lower_bound > -MAX_DEFERRED_LOG_DECAY,
            f"lower_bound = {weights.lower_bound} must be > -{MAX_DEFERRED_LOG_DECAY}")
     if bsz == 0 or cache.state.shape[0] == 0:  # no rows, or no slots (every row is padding)
@@ -1739,6 +1818,8 @@ def _staged_options(chosen: Variant, half_rows: int, row_floats: int, raw_floats
         options["STATE_CACHE"] = chosen.state_cache
     if chosen.late_state:
         options["LATE_STATE"] = True
+    if chosen.column:
+        options["COLUMN"] = True
     return options
 
 
@@ -1773,10 +1854,12 @@ kda_decode_chunked_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128
 def staged_k3_spec(variant: str = "staged", drafts: int = 7):  # type: ignore[no-untyped-def]
     """The K3-shape specialization (H = 96, K = V = 128, 8 warps, lower_bound -5: ONE_RUN) of a staged variant's
     kernel with the cache holding `drafts` drafts, not registered as an AOT one (for ptxas / SASS checks of the
-    variants without compiling them all in `minitriton compile` and the IR round-trip tests)."""
-    th = staged_half_rows(drafts, drafts + 1, 128, 8)
+    variants without compiling them all in `minitriton compile` and the IR round-trip tests). The column-owner
+    variant runs V / 32 = 4 warps."""
+    warps = 128 // 32 if VARIANTS[variant].column else 8
+    th = staged_half_rows(drafts, drafts + 1, 128, warps)
     return kda_decode_staged_kernel.aot_spec(
-        _K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", 8, None, None, H=96, K=128, V=128,
+        _K3_SIGNATURE + ",scratch_ptr:*fp32:16,num_items:i32", warps, None, None, H=96, K=128, V=128,
         NUM_DRAFTS=drafts, MAX_DRAFTS=drafts, KL=8, KV=4, TH=th, TN=_pow2_at_least(drafts + 1), OR=4,
         ONE_RUN=True, **_staged_options(VARIANTS[variant], th, staged_row_floats(128, 128), 3 * 128))
 

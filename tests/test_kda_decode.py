@@ -250,6 +250,8 @@ def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> 
     ("chunked", 32, 64, torch.float32, 7, 8),  # WY chunks of 8 rows, fp32: against the recurrence to 2e-5
     ("staged", 16, 16, torch.bfloat16, 3, 20),  # the whole state in registers, vectors staged up front (4 warps)
     ("staged", 32, 64, torch.float32, 7, 8),  # 2 state rows per thread (outputs packed from 2 registers)
+    ("staged_col", 32, 64, torch.float32, 7, 8),  # a V column per thread (2 warps): no shuffle in the token loops
+    ("staged_col", 16, 32, torch.bfloat16, 3, 20),  # one warp
 ])
 def test_t_gt_1_kernels_spec_decode(interpret: None, variant: str, kd: int, vd: int, dtype: torch.dtype,
                                     drafts: int, steps: int) -> None:
@@ -320,9 +322,20 @@ def test_staged_kernel_prefetch_per_token_without_one_run(interpret: None) -> No
     assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
 
 
-def test_staged_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
-    """`staged`, 5 drafts (5 / 2 / 0 / 3 accepted), K = 32, V = 64: outputs, state, conv window, draft cache."""
-    check_step_against_torch(23, 32, 64, 5, [5, 2, 0, 3], variant="staged")
+@pytest.mark.parametrize("variant", ["staged", "staged_col"])
+def test_staged_kernel_step_matches_torch_step_including_the_cache(interpret: None, variant: str) -> None:
+    """`staged` (and on the column-owner state), 5 drafts (5 / 2 / 0 / 3 accepted), K = 32, V = 64: outputs,
+    state, conv window, draft cache."""
+    check_step_against_torch(23, 32, 64, 5, [5, 2, 0, 3], variant=variant)
+
+
+@pytest.mark.parametrize("lower_bound", [-10.0, -39.0])
+def test_column_owner_staged_kernel_runs_of_the_deferred_decay(interpret: None, lower_bound: float) -> None:
+    """`staged_col` where the deferred decay's runs are shorter than the step (not ONE_RUN: folds in both halves)."""
+    step = functools.partial(kda_decode_step, variant="staged_col")
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=16, head_v_dim=32, num_drafts=5, steps=8,
+                               dtype=torch.float32, seed=17, lower_bound=lower_bound)
+    assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
 
 
 def test_scratch_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
@@ -598,6 +611,19 @@ def test_k3_staged_prefetch_variants_fit_like_staged(variant: str) -> None:
     assert {loop for (_, _, loop) in counts} <= {"-", f"kda_decode.py:{_item_loop_line(kernel)}:4"}, counts
 
 
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
+def test_k3_column_owner_staged_kernel_loops_have_no_barrier() -> None:
+    """staged_col at the K3 shape, k = 7 (4 warps, a V column per thread): every bar.sync is outside the token loops
+    (the prologue's and the norm's), and it fits 255 registers with at most 1 KB of spills (884 B on 2026-12-02:
+    the prologue runs at 4 warps next to the 128 state registers in flight)."""
+    tool = _barrier_tool()
+    kernel = kda_decode.kda_decode_staged_kernel
+    with tool.counted_barriers() as counts:
+        compiled = kda_decode.staged_k3_spec("staged_col", 7).compile(target="cubin")
+    assert compiled.metadata["spill_stores"] <= 1024 and compiled.metadata["spill_loads"] <= 1024, compiled.report()
+    assert {loop for (_, _, loop) in counts} <= {"-", f"kda_decode.py:{_item_loop_line(kernel)}:4"}, counts
+
+
 def _barrier_tool():  # type: ignore[no-untyped-def]
     """tools/barrier_sites.py as a module."""
     import importlib.util
@@ -758,6 +784,15 @@ def test_compiled_staged_prefetch_kernel_matches_the_interpreter(kd: int, vd: in
     assert ("prefetch.global.L1" in ptx) == (variant != "staged_touch") and "ld.global.cg" in ptx
 
 
+@pytest.mark.parametrize("kd,vd,lower_bound", [(32, 64, -5.0), (16, 32, -20.0)])
+def test_compiled_column_owner_staged_kernel_matches_the_interpreter(kd: int, vd: int, lower_bound: float) -> None:
+    """staged_col's PTX on the simulator (V / 32 warps: 2 and 1; ONE_RUN, and runs of 2 with folds): the state in
+    and out in the column layout, the K vectors as broadcast loads, each thread's own outputs stored in place and
+    read back for the norm; the race detector checks the barriers."""
+    compiled_step_matches_interpreter("kda_decode_staged_kernel", kd, vd, vd // 32, lower_bound, drafts=3,
+                                      variant="staged_col")
+
+
 # ------------------------------------------------------------------------------------------------ GPU
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -772,6 +807,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (64, 96, 3, "chunked"), (64, 96, 7, "chunked_2cta"), (256, 12, 7, "staged"), (64, 96, 7, "staged"),
     (64, 96, 3, "staged"), (256, 12, 1, "staged"), (256, 12, 7, "staged_pf"), (64, 96, 7, "staged_pf"),
     (256, 12, 7, "staged_pf1"), (256, 12, 7, "staged_touch"), (256, 12, 7, "staged_pf_late"),
+    (256, 12, 7, "staged_col"), (64, 96, 7, "staged_col"), (256, 12, 1, "staged_col"),
     (64, 96, 7, "staged_pf_late")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
