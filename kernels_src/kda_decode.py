@@ -1190,7 +1190,7 @@ def _col_vector(at, offs_k, offs_v, column):
 
 
 @mt.func
-def _replay_token(S, row, cols, offs_k, offs_v, column, K: mt.constexpr, V: mt.constexpr, COLUMN: mt.constexpr):
+def _token_replay(S, row, cols, offs_k, offs_v, column, K: mt.constexpr, V: mt.constexpr, COLUMN: mt.constexpr):
     """`_staged_replay`, or with COLUMN the same math on the [K, V] column-owner state: the matvec over K is a
     chain inside each thread, u stays in the thread that owns its column."""
     if COLUMN:
@@ -1204,7 +1204,7 @@ def _replay_token(S, row, cols, offs_k, offs_v, column, K: mt.constexpr, V: mt.c
 
 
 @mt.func
-def _new_token(S, row, o_row, cols, offs_k, offs_v, o_offs, o_lane, column, K: mt.constexpr, V: mt.constexpr,
+def _token_new(S, row, o_row, cols, offs_k, offs_v, o_offs, o_lane, column, K: mt.constexpr, V: mt.constexpr,
                OR: mt.constexpr, VW: mt.constexpr, COLUMN: mt.constexpr, UPDATE: mt.constexpr = True):
     """`_staged_new_token`, or with COLUMN on the column-owner state (the output row stored in plain order: each
     thread writes its own column's value)."""
@@ -1493,38 +1493,38 @@ def kda_decode_staged_kernel(
                 for j in range(0, n_replay):
                     if PREFETCH == 2:
                         _prefetch_row(scr, j + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                    S = _replay_token(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
+                    S = _token_replay(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
                 # the replays' run ends: its last D (no replay: row 0, whose g = 0 makes D = 1)
                 S = _decayed(S, scr + mt.maximum(n_replay - 1, 0) * RS, cols, offs_k, offs_v, column, COLUMN)
                 if PREFETCH == 2:
                     _prefetch_row(scr, n_replay + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                S = _new_token(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR, VW, COLUMN)
+                S = _token_new(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR, VW, COLUMN)
                 _store_state(state_at, _decayed(S, bonus_row, cols, offs_k, offs_v, column, COLUMN), column, COLUMN)
                 if NUM_DRAFTS > 0:
                     for t in range(1, T - 1):
                         if PREFETCH == 2:
                             _prefetch_row(scr, n_replay + t + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                        S = _new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs, o_lane,
+                        S = _token_new(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs, o_lane,
                                        column, K, V, OR, VW, COLUMN)
                     # the last draft needs its output only (its state is dropped)
-                    _new_token(S, bonus_row + (T - 1) * RS, o_area + (T - 1) * V, cols, offs_k, offs_v, o_offs,
+                    _token_new(S, bonus_row + (T - 1) * RS, o_area + (T - 1) * V, cols, offs_k, offs_v, o_offs,
                                o_lane, column, K, V, OR, VW, COLUMN, False)
             else:
                 for j0 in range(0, n_replay, R):
                     j1 = mt.minimum(j0 + R, n_replay)
                     for j in range(j0, j1):
-                        S = _replay_token(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
+                        S = _token_replay(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
                     S = _decayed(S, scr + (j1 - 1) * RS, cols, offs_k, offs_v, column, COLUMN)
-                S = _new_token(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR, VW, COLUMN)
+                S = _token_new(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR, VW, COLUMN)
                 _store_state(state_at, _decayed(S, bonus_row, cols, offs_k, offs_v, column, COLUMN), column, COLUMN)
                 # the rest of the bonus token's run (`+ 0 * n_replay`: renorm_every = 1 is specialized to a constant)
                 for t in range(1, mt.minimum(R + 0 * n_replay, T)):
-                    S = _new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs, o_lane,
+                    S = _token_new(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs, o_lane,
                                    column, K, V, OR, VW, COLUMN)
                 for t0 in range(R, T, R):  # later runs: fold the previous run's last D first
                     S = _decayed(S, bonus_row + (t0 - 1) * RS, cols, offs_k, offs_v, column, COLUMN)
                     for t in range(t0, mt.minimum(t0 + R, T)):
-                        S = _new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs,
+                        S = _token_new(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs,
                                        o_lane, column, K, V, OR, VW, COLUMN)
 
             # 4. the output norm over all V rows (written by other threads): every new token at once, [TN, V]. The
