@@ -14,20 +14,16 @@ program per (item, head) with V / 32 warps, and checks it against torch.
 from __future__ import annotations
 
 import argparse
-import collections
-import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minitriton as mt  # noqa: E402
+import sass_regions  # noqa: E402
 
 K, V = 128, 128
 
@@ -81,33 +77,16 @@ def sass_report() -> str:
     meta = compiled.metadata
     lines = [f"registers {compiled.registers}, spills {meta.get('spill_stores')} / {meta.get('spill_loads')} B, "
              f"bar.sync in PTX {compiled.ptx.count('bar.sync')}, shfl {compiled.ptx.count('shfl')}"]
-    tool = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
-    if tool is None:
+    sass = sass_regions.disassemble(compiled.cubin)
+    if sass is None:
         return lines[0] + " (set NVDISASM for the SASS per token)"
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        cubin.write_bytes(compiled.cubin)
-        sass = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
-    # the token loop: from the label a backward branch jumps to, to that branch
-    ops: list[str] = []
-    labels: dict[str, int] = {}
-    loop: tuple[int, int] | None = None
-    for line in sass.splitlines():
-        label = re.match(r"^(\.L_x_\d+):", line.strip())
-        if label:
-            labels[label.group(1)] = len(ops)
-            continue
-        m = re.search(r"/\*[0-9a-f]{4}\*/\s+([^;]*);", line)
-        if not m:
-            continue
-        ops.append(re.sub(r"^@!?U?P\w+\s+", "", m.group(1)).split()[0])
-        target = re.search(r"BRA\s+`\((\.L_x_\d+)\)", m.group(1))
-        if target and target.group(1) in labels and loop is None:
-            loop = (labels[target.group(1)], len(ops))
-    if loop is None:
+    ins, labels = sass_regions.parse(sass)
+    found = sass_regions.loops(ins, labels)
+    if not found:
         return lines[0] + " (no loop found in the SASS)"
-    counts = collections.Counter(o.split(".")[0] for o in ops[loop[0]:loop[1]])
-    lines.append(f"token loop {loop[1] - loop[0]} SASS: " + ", ".join(f"{k} {v}" for k, v in counts.most_common(10)))
+    start, end = found[0]  # the token loop (the kernel's only one)
+    ops = sass_regions.opcodes(ins[start:end])
+    lines.append(f"token loop {end - start} SASS: " + ", ".join(f"{k} {v}" for k, v in ops.most_common(10)))
     return "\n".join(lines)
 
 

@@ -108,8 +108,13 @@ def latency(body: list[Instr], mem: int, local: int = 40) -> int:
     return max([t] + list(ready.values()))
 
 
+def opcodes(body: list[Instr]) -> collections.Counter:
+    """How many of each base opcode (guard and modifiers dropped) `body` holds."""
+    return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0] for _, text in body)
+
+
 def counts(body: list[Instr]) -> str:
-    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0] for _, text in body)
+    ops = opcodes(body)
     return " ".join(f"{k} {ops[k]}" for k in COUNTED if ops[k])
 
 
@@ -137,11 +142,19 @@ def staged_sass(variant: str, drafts: int) -> str:
     meta = compiled.metadata
     print(f"{variant} (K3, k = {drafts}): {meta['registers']} registers, spills {meta['spill_stores']} / "
           f"{meta['spill_loads']} B, PTX prefetch.global {compiled.ptx.count('prefetch.global')}")
+    sass = disassemble(compiled.cubin)
+    if sass is None:
+        sys.exit("nvdisasm not found: set NVDISASM")
+    return sass
+
+
+def disassemble(cubin: bytes) -> str | None:
+    """nvdisasm's listing of a cubin ($NVDISASM, or nvdisasm on PATH); None without the tool."""
     disasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
     if disasm is None:
-        sys.exit("nvdisasm not found: set NVDISASM")
+        return None
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.cubin)
+        f.write(cubin)
         f.flush()
         return subprocess.run([disasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
 
