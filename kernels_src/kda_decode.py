@@ -1135,17 +1135,50 @@ def _column(at, cols):
 
 
 @mt.func
-def _staged_replay(S, row, cols, offs_v, K: mt.constexpr, V: mt.constexpr):
-    """One replayed token on the whole state S ([KJ, V, KL, KV], deferred decay: the true state is S D_{s-1}),
-    its vectors read from its scratch row `row`: u = beta (v - S (D_s k^));  S' = S + u (E_s k^)^T under D_s.
-    The columns are small loads of [KJ, 1, KL, KV] that the tiling pass gives the state's layout (each thread reads
-    the 16 K values its rows need, replicated over the rows' lanes and warps: L1 hits, no shared memory)."""
-    dk = _column(row + K, cols)
+def _kvec(at, cols, offs_k, offs_v, column, COLUMN: mt.constexpr):
+    """The K vector at `at` in the state's layout: [KJ, 1, KL, KV] (`_column`), or with COLUMN a [K, V] tile in
+    the column layout (a V column of the state per thread), every thread reading the whole vector 16 bytes at a
+    time from the same addresses as its neighbours (L1 broadcasts; nothing exchanged between threads)."""
+    if COLUMN:
+        x = mt.load(at + offs_k[:, None] + offs_v[None, :] * 0, layout=column)
+    else:
+        x = _column(at, cols)
+    return x
+
+
+@mt.func
+def _ksum(x, COLUMN: mt.constexpr):
+    """The sum over the state's K axes: `_sum_k`, or with COLUMN a chain inside each thread (axis 0) -> [V]."""
+    if COLUMN:
+        x = mt.sum(x, axis=0)
+    else:
+        x = _sum_k(x)
+    return x
+
+
+@mt.func
+def _per_row(u, COLUMN: mt.constexpr):
+    """A [V] vector broadcast over the state's K axes."""
+    if COLUMN:
+        u = u[None, :]
+    else:
+        u = u[None, :, None, None]
+    return u
+
+
+@mt.func
+def _staged_replay(S, row, cols, offs_k, offs_v, column, K: mt.constexpr, V: mt.constexpr, COLUMN: mt.constexpr):
+    """One replayed token on the whole state S ([KJ, V, KL, KV], or [K, V] with COLUMN; deferred decay: the true
+    state is S D_{s-1}), its vectors read from its scratch row `row`: u = beta (v - S (D_s k^));
+    S' = S + u (E_s k^)^T under D_s. The columns are small loads that the tiling pass gives the state's layout
+    (each thread reads the K values its rows need, replicated over the rows' lanes and warps: L1 hits, no shared
+    memory; with COLUMN, `_kvec`'s broadcast loads)."""
+    dk = _kvec(row + K, cols, offs_k, offs_v, column, COLUMN)
     v = mt.load(row + 4 * K + offs_v)
     beta = mt.load(row + 4 * K + V)
-    u = beta * (v - _sum_k(S * dk))
-    ek = _column(row + 2 * K, cols)
-    return S + u[None, :, None, None] * ek
+    u = beta * (v - _ksum(S * dk, COLUMN))
+    ek = _kvec(row + 2 * K, cols, offs_k, offs_v, column, COLUMN)
+    return S + _per_row(u, COLUMN) * ek
 
 
 @mt.func
@@ -1163,62 +1196,26 @@ def _store_outputs_packed(o_row, o, o_offs, o_lane, OR: mt.constexpr, VW: mt.con
 
 
 @mt.func
-def _staged_new_token(S, row, o_row, cols, offs_v, o_offs, o_lane, K: mt.constexpr, V: mt.constexpr,
-                      OR: mt.constexpr, VW: mt.constexpr, UPDATE: mt.constexpr = True):
+def _staged_new_token(S, row, o_row, cols, offs_k, offs_v, o_offs, o_lane, column, K: mt.constexpr,
+                      V: mt.constexpr, OR: mt.constexpr, VW: mt.constexpr, COLUMN: mt.constexpr,
+                      UPDATE: mt.constexpr = True):
     """One new token: the update of `_staged_replay` plus the un-normalized output o = S_true' q^ =
-    S (D_s q^) + u (k^.q^) (q^ carries the scale), stored packed to the token's output row `o_row`. UPDATE=False:
-    the output only (the step's last token, whose state is dropped)."""
-    dq = _column(row + 3 * K, cols)
-    dk = _column(row + K, cols)
+    S (D_s q^) + u (k^.q^) (q^ carries the scale), stored to the token's output row `o_row`: packed from the row
+    layout (`_store_outputs_packed`), or with COLUMN in plain order (each thread writes its own column's value).
+    UPDATE=False: the output only (the step's last token, whose state is dropped)."""
+    dq = _kvec(row + 3 * K, cols, offs_k, offs_v, column, COLUMN)
+    dk = _kvec(row + K, cols, offs_k, offs_v, column, COLUMN)
     v = mt.load(row + 4 * K + offs_v)
     beta = mt.load(row + 4 * K + V)
     kq = mt.load(row + 4 * K + V + 1)
-    sq = _sum_k(S * dq)
-    u = beta * (v - _sum_k(S * dk))
-    _store_outputs_packed(o_row, sq + u * kq, o_offs, o_lane, OR, VW)
-    if UPDATE:
-        S = S + u[None, :, None, None] * _column(row + 2 * K, cols)
-    return S
-
-
-@mt.func
-def _col_vector(at, offs_k, offs_v, column):
-    """COLUMN: the K vector at `at` as a [K, V] tile in the column layout (a V column of the state per thread):
-    every thread reads the whole vector, 16 bytes at a time, from the same addresses as its neighbours (L1
-    broadcasts); nothing goes through shared memory and nothing is exchanged between threads."""
-    return mt.load(at + offs_k[:, None] + offs_v[None, :] * 0, layout=column)
-
-
-@mt.func
-def _token_replay(S, row, cols, offs_k, offs_v, column, K: mt.constexpr, V: mt.constexpr, COLUMN: mt.constexpr):
-    """`_staged_replay`, or with COLUMN the same math on the [K, V] column-owner state: the matvec over K is a
-    chain inside each thread, u stays in the thread that owns its column."""
+    sq = _ksum(S * dq, COLUMN)
+    u = beta * (v - _ksum(S * dk, COLUMN))
     if COLUMN:
-        v = mt.load(row + 4 * K + offs_v)
-        beta = mt.load(row + 4 * K + V)
-        u = beta * (v - mt.sum(S * _col_vector(row + K, offs_k, offs_v, column), axis=0))
-        S = S + u[None, :] * _col_vector(row + 2 * K, offs_k, offs_v, column)
-    else:
-        S = _staged_replay(S, row, cols, offs_v, K, V)
-    return S
-
-
-@mt.func
-def _token_new(S, row, o_row, cols, offs_k, offs_v, o_offs, o_lane, column, K: mt.constexpr, V: mt.constexpr,
-               OR: mt.constexpr, VW: mt.constexpr, COLUMN: mt.constexpr, UPDATE: mt.constexpr = True):
-    """`_staged_new_token`, or with COLUMN on the column-owner state (the output row stored in plain order: each
-    thread writes its own column's value)."""
-    if COLUMN:
-        v = mt.load(row + 4 * K + offs_v)
-        beta = mt.load(row + 4 * K + V)
-        kq = mt.load(row + 4 * K + V + 1)
-        sq = mt.sum(S * _col_vector(row + 3 * K, offs_k, offs_v, column), axis=0)
-        u = beta * (v - mt.sum(S * _col_vector(row + K, offs_k, offs_v, column), axis=0))
         mt.store(o_row + offs_v, sq + u * kq)
-        if UPDATE:
-            S = S + u[None, :] * _col_vector(row + 2 * K, offs_k, offs_v, column)
     else:
-        S = _staged_new_token(S, row, o_row, cols, offs_v, o_offs, o_lane, K, V, OR, VW, UPDATE)
+        _store_outputs_packed(o_row, sq + u * kq, o_offs, o_lane, OR, VW)
+    if UPDATE:
+        S = S + _per_row(u, COLUMN) * _kvec(row + 2 * K, cols, offs_k, offs_v, column, COLUMN)
     return S
 
 
@@ -1229,16 +1226,6 @@ def _store_state(state_at, S, column, COLUMN: mt.constexpr):
         mt.store(state_at, S, layout=column)
     else:
         mt.store(state_at, S)
-
-
-@mt.func
-def _decayed(S, at, cols, offs_k, offs_v, column, COLUMN: mt.constexpr):
-    """S times the D column at `at` (a run's fold, and the committed state S D_0), in either state layout."""
-    if COLUMN:
-        S = S * _col_vector(at, offs_k, offs_v, column)
-    else:
-        S = S * _column(at, cols)
-    return S
 
 
 def staged_prefetch_pointers(prefetch: int, pf_floats: int, half_rows: int, row_floats: int) -> int:
@@ -1337,7 +1324,7 @@ def kda_decode_staged_kernel(
     loaded after the prologue, whose loads then have its 64 registers.
     COLUMN (variant staged_col; num_warps = V / 32, not with LATE_STATE or PREFETCH 2): the state is a [K, V] tile
     with a whole V column in each thread (mt.load(layout=...)); the token loops' matvecs over K are chains inside
-    the thread and the K vectors are [K, V] broadcast loads (`_col_vector`): no shuffle, no exchange
+    the thread and the K vectors are [K, V] broadcast loads (`_kvec`): no shuffle, no exchange
     (tools/column_owner_probe.py: 526 SASS a new token at K3)."""
     pid = mt.program_id(0)
     T = NUM_DRAFTS + 1
@@ -1493,39 +1480,41 @@ def kda_decode_staged_kernel(
                 for j in range(0, n_replay):
                     if PREFETCH == 2:
                         _prefetch_row(scr, j + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                    S = _token_replay(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
+                    S = _staged_replay(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
                 # the replays' run ends: its last D (no replay: row 0, whose g = 0 makes D = 1)
-                S = _decayed(S, scr + mt.maximum(n_replay - 1, 0) * RS, cols, offs_k, offs_v, column, COLUMN)
+                S = S * _kvec(scr + mt.maximum(n_replay - 1, 0) * RS, cols, offs_k, offs_v, column, COLUMN)
                 if PREFETCH == 2:
                     _prefetch_row(scr, n_replay + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                S = _token_new(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR, VW, COLUMN)
-                _store_state(state_at, _decayed(S, bonus_row, cols, offs_k, offs_v, column, COLUMN), column, COLUMN)
+                S = _staged_new_token(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR,
+                                      VW, COLUMN)
+                _store_state(state_at, S * _kvec(bonus_row, cols, offs_k, offs_v, column, COLUMN), column, COLUMN)
                 if NUM_DRAFTS > 0:
                     for t in range(1, T - 1):
                         if PREFETCH == 2:
                             _prefetch_row(scr, n_replay + t + AHEAD, n_replay, T, pf_offs, pf_ok, RS, TH)
-                        S = _token_new(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs, o_lane,
-                                       column, K, V, OR, VW, COLUMN)
+                        S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs,
+                                              o_lane, column, K, V, OR, VW, COLUMN)
                     # the last draft needs its output only (its state is dropped)
-                    _token_new(S, bonus_row + (T - 1) * RS, o_area + (T - 1) * V, cols, offs_k, offs_v, o_offs,
-                               o_lane, column, K, V, OR, VW, COLUMN, False)
+                    _staged_new_token(S, bonus_row + (T - 1) * RS, o_area + (T - 1) * V, cols, offs_k, offs_v,
+                                      o_offs, o_lane, column, K, V, OR, VW, COLUMN, False)
             else:
                 for j0 in range(0, n_replay, R):
                     j1 = mt.minimum(j0 + R, n_replay)
                     for j in range(j0, j1):
-                        S = _token_replay(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
-                    S = _decayed(S, scr + (j1 - 1) * RS, cols, offs_k, offs_v, column, COLUMN)
-                S = _token_new(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR, VW, COLUMN)
-                _store_state(state_at, _decayed(S, bonus_row, cols, offs_k, offs_v, column, COLUMN), column, COLUMN)
+                        S = _staged_replay(S, scr + j * RS, cols, offs_k, offs_v, column, K, V, COLUMN)
+                    S = S * _kvec(scr + (j1 - 1) * RS, cols, offs_k, offs_v, column, COLUMN)
+                S = _staged_new_token(S, bonus_row, o_area, cols, offs_k, offs_v, o_offs, o_lane, column, K, V, OR,
+                                      VW, COLUMN)
+                _store_state(state_at, S * _kvec(bonus_row, cols, offs_k, offs_v, column, COLUMN), column, COLUMN)
                 # the rest of the bonus token's run (`+ 0 * n_replay`: renorm_every = 1 is specialized to a constant)
                 for t in range(1, mt.minimum(R + 0 * n_replay, T)):
-                    S = _token_new(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs, o_lane,
-                                   column, K, V, OR, VW, COLUMN)
+                    S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs,
+                                          o_lane, column, K, V, OR, VW, COLUMN)
                 for t0 in range(R, T, R):  # later runs: fold the previous run's last D first
-                    S = _decayed(S, bonus_row + (t0 - 1) * RS, cols, offs_k, offs_v, column, COLUMN)
+                    S = S * _kvec(bonus_row + (t0 - 1) * RS, cols, offs_k, offs_v, column, COLUMN)
                     for t in range(t0, mt.minimum(t0 + R, T)):
-                        S = _token_new(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs,
-                                       o_lane, column, K, V, OR, VW, COLUMN)
+                        S = _staged_new_token(S, bonus_row + t * RS, o_area + t * V, cols, offs_k, offs_v, o_offs,
+                                              o_lane, column, K, V, OR, VW, COLUMN)
 
             # 4. the output norm over all V rows (written by other threads): every new token at once, [TN, V]. The
             #    next item writes the sequence area and then, past its first barrier, the token rows (read only

@@ -2296,6 +2296,21 @@ def down(h: torch.Tensor, routing: Routing, w2: PreparedExperts, out_dtype: torc
 _V7_PLANS: dict[tuple, tuple] = {}  # moe_decode's v7 launch plans, per call shape (see _v7_decode)
 
 
+def _call_shape(variant: str, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                w13: PreparedExperts, w2: PreparedExperts, out_dtype: torch.dtype) -> tuple:
+    """What a host fast path's launch plan depends on (shapes, strides, dtypes, device, layouts, variant): no
+    tensor, so a plan is replayed for every call of that shape."""
+    return (variant, x.device, tuple(x.shape), x.dtype, x.stride(), tuple(topk_ids.shape), topk_ids.dtype,
+            topk_ids.stride(), topk_weights.dtype, topk_weights.stride(), out_dtype, w13.layout, w2.layout,
+            w13.num_experts, w13.rows, w13.k, w13.row_blocks, w2.num_experts, w2.rows, w2.k, w2.row_blocks)
+
+
+def _check_v7_layout(variant: str, w13: PreparedExperts, w2: PreparedExperts) -> None:
+    if w13.layout != "v7" or w2.layout != "v7":
+        raise ValueError(f"variant {variant!r} reads layout 'v7'; the experts are in {w13.layout!r} "
+                         f"(prepare_experts(..., layout='v7'))")
+
+
 def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: PreparedExperts,
                w2: PreparedExperts, variant: str, out_dtype: torch.dtype) -> torch.Tensor:
     """moe_decode on a v7 variant with the DSL routing, with a host path of a routing, three allocations and four
@@ -2303,9 +2318,7 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     key holds every property they depend on, no tensor) and replayed. The generic path spent ~90-180 us of Python
     per call on the CPU machine (launches stubbed), more than the predicted GPU time at B = 1."""
     B, k = topk_ids.shape
-    key = (variant, x.device, tuple(x.shape), x.dtype, x.stride(), tuple(topk_ids.shape), topk_ids.dtype,
-           topk_ids.stride(), topk_weights.dtype, topk_weights.stride(), out_dtype, w13.layout, w2.layout,
-           w13.num_experts, w13.rows, w13.k, w13.row_blocks, w2.num_experts, w2.rows, w2.k, w2.row_blocks)
+    key = _call_shape(variant, x, topk_ids, topk_weights, w13, w2, out_dtype)
     plan = _V7_PLANS.get(key)
     if plan is None or x.device.type == "cpu":  # CPU: the id-range check of _check_inputs runs every call
         _check_inputs(x, topk_ids, topk_weights, w13, w2)
@@ -2322,9 +2335,7 @@ def _v7_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tens
     args2 = (h, routing.ids, routing.weights, routing.pairs, routing.first, routing.n_items, w2.words,
              w2.scale_words, part, out, flags, routing.n_pairs, k, B, D, I, w2.row_blocks)
     if plan is None:
-        if w13.layout != "v7" or w2.layout != "v7":
-            raise ValueError(f"variant {variant!r} reads layout 'v7'; the experts are in {w13.layout!r} "
-                             f"(prepare_experts(..., layout='v7'))")
+        _check_v7_layout(variant, w13, w2)
         launches = []
         for w, kind, programs, args in ((w13, "gate_up", mt.cdiv(I, V7_GROUP), args13),
                                         (w2, "down", mt.cdiv(v7_half(D), V7_GROUP), args2)):
@@ -2371,9 +2382,7 @@ def _fused_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.T
     kernel itself. The grid is the GPU's resident programs (any size is correct: a unit only waits for units
     claimed before it)."""
     B, k = topk_ids.shape
-    key = (variant, x.device, tuple(x.shape), x.dtype, x.stride(), tuple(topk_ids.shape), topk_ids.dtype,
-           topk_weights.dtype, out_dtype, w13.layout, w2.layout, w13.num_experts, w13.rows, w13.k, w13.row_blocks,
-           w2.num_experts, w2.rows, w2.k, w2.row_blocks)
+    key = _call_shape(variant, x, topk_ids, topk_weights, w13, w2, out_dtype)
     plan = _FUSED_PLANS.get(key)
     if plan is None or x.device.type == "cpu":
         _check_inputs(x, topk_ids, topk_weights, w13, w2)
@@ -2388,9 +2397,7 @@ def _fused_decode(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.T
     args = (x, ids, weights, w13.words, w13.scale_words, w2.words, w2.scale_words, h, part, out, sync, P, k, B, D, I,
             w13.row_blocks, w2.row_blocks)
     if plan is None:
-        if w13.layout != "v7" or w2.layout != "v7":
-            raise ValueError(f"variant {variant!r} reads layout 'v7'; the experts are in {w13.layout!r} "
-                             f"(prepare_experts(..., layout='v7'))")
+        _check_v7_layout(variant, w13, w2)
         c13, c2 = (pick_config(w.row_blocks, P, True, variant, kind) for w, kind in ((w13, "gate_up"), (w2, "down")))
         _check_config(c13)
         m13, m2 = _v7_meta(w13, c13, V7_GROUP, False), _v7_meta(w2, c2, V7_GROUP, False)

@@ -614,7 +614,7 @@ def test_k3_staged_prefetch_variants_fit_like_staged(variant: str) -> None:
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not on PATH")
 def test_k3_column_owner_staged_kernel_loops_have_no_barrier() -> None:
     """staged_col at the K3 shape, k = 7 (4 warps, a V column per thread): every bar.sync is outside the token loops
-    (the prologue's and the norm's), and it fits 255 registers with at most 1 KB of spills (884 B on 2026-12-02:
+    (the prologue's and the norm's), and it fits 255 registers with at most 1 KB of spills (872 B on 2026-12-02:
     the prologue runs at 4 warps next to the 128 state registers in flight)."""
     tool = _barrier_tool()
     kernel = kda_decode.kda_decode_staged_kernel
