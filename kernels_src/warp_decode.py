@@ -153,6 +153,10 @@ DOT_VARIANTS: dict[str, tuple[dict, dict]] = {
     # the slot sum starts during down's; each waits (griddepcontrol.wait) before reading the previous one's output
     "v7_u3c_pdl": (dict(_V7, pdl=True), dict(_V7, pdl=True)),
     "v7_u3c_fl2_pdl": (dict(_V7, flat=True, l2pf=256, pdl=True), dict(_V7, flat=True, l2pf=256, pdl=True)),
+    # the flat grid and the L2 fetch for down only: at B = 4 they took down from 129.7 to 117.5 us but gate_up from
+    # 214.7 to 222.4 (2026-12-02, per kernel); gate_up keeps its split grid
+    "v7_u3c_dfl2": (_V7, dict(_V7, flat=True, l2pf=256)),
+    "v7_u3c_dcgfl2": (_V7, dict(_V7, flat=True, l2pf=256, wcache=".cg")),
 }
 FUSED_VARIANTS = frozenset(v for v, (up, _) in DOT_VARIANTS.items() if up.get("fused"))
 FUSED_MAX_BATCH = 4  # pairs as items: without the routing's deduplication a shared expert is read once per pair
@@ -193,12 +197,19 @@ V6_BF16_H_VARIANT, V6_FP32_H_VARIANT = "v6_u3c", "v6_u3c_fp32h"
 # 1223.1, and 3461.6 / 3440.9 at B = 64 against 3551.4 / 3445.1; below 16 it gains nothing (B = 1: 114.5 against
 # 110.5, B = 4: 360.9 against 361.9).
 V7_BF16_H_VARIANT, V7_LARGE_BATCH_VARIANT = "v7_u3c", "v7_u3c_fl2"
+# From B = 4 (MID_BATCH) to LARGE_BATCH: gate_up on its split grid, down on the flat grid with the 256-byte L2 fetch
+# and .cg weight loads (v7_u3c_dcgfl2). Measured on the H200 2026-12-02 12:58 UTC (tools/warp_decode_ab.py, same
+# run): 350.0 us eager / 349.5 graph at B = 4 against v7_u3c's 362.5 / 362.3 and v7_u3c_fl2's 358.8 / 357.3; at
+# B = 1 it loses (112.5 graph against 107.5), at B = 16 v7_u3c_fl2 stays faster (1161.0 against 1226.8).
+MID_BATCH, V7_MID_BATCH_VARIANT = 4, "v7_u3c_dcgfl2"
 AUTO_LAYOUT = "v7"
 
 
 def v7_default_variant(batch: int) -> str:
     """The v7 variant moe_decode runs on v7 experts with h in bf16 when none is named, by batch, as measured."""
-    return V7_LARGE_BATCH_VARIANT if batch >= LARGE_BATCH else V7_BF16_H_VARIANT
+    if batch >= LARGE_BATCH:
+        return V7_LARGE_BATCH_VARIANT
+    return V7_MID_BATCH_VARIANT if batch >= MID_BATCH else V7_BF16_H_VARIANT
 
 
 def variant_layout(variant: str) -> str:

@@ -952,7 +952,8 @@ V7_PROBLEMS = [  # (B, D, I, E, k, seed, ids): the routing / loop forms the v7 k
 V7_XITEM_PROBLEM = (2, 1280, 1024, 3, 2, 86, None)  # XITEM with gate_up 5 steps (tail 2), down 4 (tail 1)
 
 
-@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf", "v7_u3c_cg_fl2", "v7_u3c_s", "v7_u3c_fl2_pdl"])
+@pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf", "v7_u3c_cg_fl2", "v7_u3c_s", "v7_u3c_fl2_pdl",
+                                     "v7_u3c_dfl2"])
 def test_v7_kernels(interpret: None, variant: str) -> None:
     """The v7 kernels (scale words carried with the weights, gate / up in one thread, per-pair contributions
     summed by slot, the DSL routing; _x_cg_vpf: the next item's tables and first steps loaded during an item,
@@ -1030,7 +1031,8 @@ def test_v7_defaults_and_checks(interpret: None) -> None:
     """v7 experts run the v7 kernels by default (AUTO_LAYOUT gives v6 until measured: switching the default is
     that one constant), the v6 variants read them as v6, the v7 variant with the torch routing equals the DSL one, and the
     v7 configs refuse what the kernels do not do."""
-    assert wd.default_variant(4, "bf16", "v7") == wd.V7_BF16_H_VARIANT in wd.V7_VARIANTS
+    assert wd.default_variant(2, "bf16", "v7") == wd.V7_BF16_H_VARIANT in wd.V7_VARIANTS
+    assert wd.default_variant(wd.MID_BATCH, "bf16", "v7") == wd.V7_MID_BATCH_VARIANT in wd.V7_VARIANTS
     assert wd.default_variant(wd.LARGE_BATCH, "bf16", "v7") == wd.V7_LARGE_BATCH_VARIANT in wd.V7_VARIANTS
     assert wd.AUTO_LAYOUT in ("v6", "v7")  # "v7": the one-line switch of the default, once measured
     assert wd.default_variant(4, "fp32", "v7") == "v6_u3c_fp32h" and wd.V7_VARIANTS <= wd.H16_VARIANTS

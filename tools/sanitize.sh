@@ -4,6 +4,7 @@
 # (the kernels that share shared memory between warps). One line per run: the case and the sanitizer's summary.
 # Host API errors are not reported: cuda-bindings probes cuGetProcAddress for symbols this driver lacks at start-up
 # (34 CUDA_ERROR_INVALID_VALUE per process on the H200, none from our calls).
+# SANITIZE_ONLY=REGEX runs only the cases whose "tool:name" matches it, e.g. SANITIZE_ONLY="memcheck:(kda|warp)".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="/tmp/site:$PWD/.whl:$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -11,6 +12,7 @@ status=0
 run() {  # tool, name, command...
     local tool=$1 name=$2
     shift 2
+    [[ -n "${SANITIZE_ONLY:-}" && ! "$tool:$name" =~ ${SANITIZE_ONLY} ]] && return 0
     local log="${OUT:-/tmp}/sanitize_${tool}_${name}.log"
     timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 99 "$@" > "$log" 2>&1
     local rc=$?
