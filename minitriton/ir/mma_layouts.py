@@ -178,3 +178,36 @@ def dot_operand_thread_map(enc: LayoutAttr, shape: tuple[int, ...]) -> ThreadMap
     offsets = [(k_offset(kk, j // k_width, j % k_width), 8 * wn * b)
                for b in range(rows // per_block) for kk in range(k // k_step) for j in range(2 * k_width)]
     return ThreadMap((k_dim, col_dim), (copies,), tuple(offsets), wm * wn)
+
+
+# ------------------------------------------------------------------------------ accumulator as an operand
+
+
+def tf32_a_column(k: int) -> int:
+    """The accumulator column that a tf32 A operand's column k reads when the accumulator is taken in place.
+
+    Within each 8-column block, A column t + 4 * c (t = lane % 4, c < 2) is accumulator column 2 * t + c. The
+    m16n8k8 A fragment holds columns {t, t + 4} and the accumulator columns {2t, 2t + 1}, in the same rows, so
+    the renaming moves no data. A dot contracting over these columns must read its B operand's K rows through the
+    same map. For B's thread (t, g) that means rows 2t and 2t + 1: adjacent, one 8-byte load where B is staged.
+    """
+    block, r = divmod(k, 8)
+    return 8 * block + 2 * (r % 4) + r // 4
+
+
+def accumulator_as_tf32_a(acc: LayoutAttr, shape: tuple[int, int]) -> list[int] | None:
+    """Per register of the tf32 A operand [M, K = N] (mma.sync m16n8k8, the same warps), the register of the
+    mma.sync accumulator `acc` ([M, N], version 2) that holds its element when K is permuted by tf32_a_column.
+    None when no renaming exists: WN > 1 (the A operand's copies along N are not in the accumulator), or a
+    shape the accumulator does not tile.
+
+    This is the fact behind keeping a recurrent state in registers across tensor-core products. KDA's decode
+    state S [V, K] is updated as an accumulator (S += D^T K^) and read as the A operand of S K^T in the next
+    token chunk, with no pass through shared memory (docs/kernels/kda_decode.md). The identity map has no such
+    renaming: the two fragments differ in their column sets."""
+    from .layouts import register_permutation
+
+    if acc.get("version") != 2 or warps_of(acc)[1] != 1 or not tiles_accumulator(acc, shape) or shape[1] % 8:
+        return None
+    a_map = dot_operand_thread_map(dot_operand_layout(0, acc, 1), shape)
+    return register_permutation(mma_thread_map(acc, shape), a_map, lambda c: (c[0], tf32_a_column(c[1])))
