@@ -953,7 +953,7 @@ V7_XITEM_PROBLEM = (2, 1280, 1024, 3, 2, 86, None)  # XITEM with gate_up 5 steps
 
 
 @pytest.mark.parametrize("variant", ["v7_u3c", "v7_u3c_x_cg_vpf", "v7_u3c_cg_fl2", "v7_u3c_s", "v7_u3c_fl2_pdl",
-                                     "v7_u3c_dfl2"])
+                                     "v7_u3c_dcgfl2"])  # dcgfl2: the default for MID_BATCH <= B < LARGE_BATCH
 def test_v7_kernels(interpret: None, variant: str) -> None:
     """The v7 kernels (scale words carried with the weights, gate / up in one thread, per-pair contributions
     summed by slot, the DSL routing; _x_cg_vpf: the next item's tables and first steps loaded during an item,

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .layouts import DimMap, ThreadMap, blocked, log2, thread_map
+from .layouts import DimMap, ThreadMap, blocked, log2, register_permutation, thread_map
 from .types import LayoutAttr, layout
 
 MMA_VERSIONS = (2, 3)
@@ -205,9 +205,7 @@ def accumulator_as_tf32_a(acc: LayoutAttr, shape: tuple[int, int]) -> list[int] 
     state S [V, K] is updated as an accumulator (S += D^T K^) and read as the A operand of S K^T in the next
     token chunk, with no pass through shared memory (docs/kernels/kda_decode.md). The identity map has no such
     renaming: the two fragments differ in their column sets."""
-    from .layouts import register_permutation
-
-    if acc.get("version") != 2 or warps_of(acc)[1] != 1 or not tiles_accumulator(acc, shape) or shape[1] % 8:
+    if acc.get("version") != 2 or warps_of(acc)[1] != 1 or not tiles_accumulator(acc, shape):
         return None
     a_map = dot_operand_thread_map(dot_operand_layout(0, acc, 1), shape)
     return register_permutation(mma_thread_map(acc, shape), a_map, lambda c: (c[0], tf32_a_column(c[1])))
