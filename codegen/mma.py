@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from minitriton.ir import Operation
 from minitriton.ir.layouts import ThreadMap, log2, vector_groups
-from minitriton.ir.mma_layouts import warps_of
+from minitriton.ir.mma_layouts import k_pairs, tf32_a_column, warps_of
 from minitriton.ir.types import ScalarType
 
 from .context import KernelContext
@@ -98,23 +98,25 @@ def register_index(tmap: ThreadMap) -> dict[tuple[int, ...], int]:
     return {tmap.element(0, r): r for r in range(tmap.num_regs)}
 
 
-def a_registers(tmap: ThreadMap, wm: int, rep_m: int, kk: int, k_width: int = 2) -> list[int]:
-    """The registers of a dot_op A value holding a0..a7 (tf32: a0..a3) of m-block rep_m, K step kk."""
+def a_registers(tmap: ThreadMap, wm: int, rep_m: int, kk: int, k_width: int = 2, pairs: bool = False) -> list[int]:
+    """The registers of a dot_op A value holding a0..a7 (tf32: a0..a3) of m-block rep_m, K step kk; `pairs`: the
+    layout has kPairs = 1 (fragment K column c is tile column tf32_a_column(c))."""
     index = register_index(tmap)
     out = []
     for j in range(4 * k_width):
         row, col = a_fragment(0, j, k_width)
-        out.append(index[(logical_row(row, 0, rep_m, wm), 8 * k_width * kk + col)])
+        out.append(index[(logical_row(row, 0, rep_m, wm), 8 * k_width * kk + (tf32_a_column(col) if pairs else col))])
     return out
 
 
-def b_registers(tmap: ThreadMap, wn: int, rep_n: int, kk: int, k_width: int = 2) -> list[int]:
-    """The registers of a dot_op B value holding b0..b3 (tf32: b0, b1) of n-block rep_n, K step kk."""
+def b_registers(tmap: ThreadMap, wn: int, rep_n: int, kk: int, k_width: int = 2, pairs: bool = False) -> list[int]:
+    """The registers of a dot_op B value holding b0..b3 (tf32: b0, b1) of n-block rep_n, K step kk (`pairs` as for
+    a_registers)."""
     index = register_index(tmap)
     out = []
     for j in range(2 * k_width):
         k, n = b_fragment(0, j, k_width)
-        out.append(index[(8 * k_width * kk + k, logical_col(n, 0, rep_n, wn))])
+        out.append(index[(8 * k_width * kk + (tf32_a_column(k) if pairs else k), logical_col(n, 0, rep_n, wn))])
     return out
 
 
@@ -146,12 +148,33 @@ def lower_to_dot_operand(ctx: KernelContext, op: Operation) -> None:
     k_dim = 1 if op_idx == 0 else 0
     # ldmatrix transposes 16-bit elements only: tf32 operands are always stored K-contiguous
     contiguous = staging_dim(src, k_dim, t.bytes) if k_width == 2 else k_dim
-    if k_width == 1:  # round each element to tf32 once, as its owner stages it, not in every warp that loads it
+    if k_width == 1 and dst_v not in _split_operands(ctx):
+        # round each element to tf32 once, as its owner stages it, not in every warp that loads it (a tf32x3 dot
+        # splits the whole f32 value in lower_dot instead)
         regs = [_round_tf32(ctx, r) for r in regs]
+    if k_pairs(enc):
+        pitch, base = stage_padded(ctx, regs, src, contiguous, t.bytes, pad=pair_pad(src.shape[k_dim]))
+        ctx.bind(dst_v, _load_pairs(ctx, dst, enc, pitch, base))
+        return
     pitch, base = stage_padded(ctx, regs, src, contiguous, t.bytes)
     trans = contiguous != k_dim
     load = _ldmatrix_a if op_idx == 0 else _ldmatrix_b
     ctx.bind(dst_v, load(ctx, dst, enc, pitch, trans, k_width, base))
+
+
+def pair_pad(k: int) -> int:
+    """Padding (elements) of a kPairs operand's K-contiguous rows: a pitch of 8 mod 16 words, so the 8-byte loads of
+    a half-warp (rows g .. g + 3, words 2t, 2t + 1) hit 32 distinct banks."""
+    return (8 - k) % 16
+
+
+def _split_operands(ctx: KernelContext) -> set:  # type: ignore[type-arg]
+    """The operand values of the kernel's tf32x3 dots (their elements are staged as full f32 values)."""
+    key = ("tf32x3_operands",)
+    if key not in ctx._cache:
+        ctx._cache[key] = {v for op in ctx.func.walk() if op.name == "mt.dot"  # type: ignore[assignment]
+                           and op.attrs.get("input_precision") == "tf32x3" for v in op.operands[:2]}
+    return ctx._cache[key]  # type: ignore[return-value]
 
 
 def store_width(tmap: ThreadMap, dim: int, elem_bytes: int = 2) -> int:
@@ -177,14 +200,14 @@ def staging_dim(tmap: ThreadMap, k_dim: int, elem_bytes: int = 2) -> int:
     return other if store_width(tmap, other, elem_bytes) > store_width(tmap, k_dim, elem_bytes) else k_dim
 
 
-def stage_padded(ctx: KernelContext, regs: list[str], tmap: ThreadMap, contiguous: int, elem_bytes: int = 2
-                 ) -> tuple[int, int]:
+def stage_padded(ctx: KernelContext, regs: list[str], tmap: ThreadMap, contiguous: int, elem_bytes: int = 2,
+                 pad: int | None = None) -> tuple[int, int]:
     """Write a 2-D tile of 16- or 32-bit elements to shared memory with dim `contiguous` contiguous and rows padded
-    by 16 bytes; returns (the row pitch in elements, the byte offset of the tile in the scratch buffer). Ends with
+    by 16 bytes (`pad` elements when given); returns (the row pitch in elements, the byte offset of the tile in the scratch buffer). Ends with
     the barrier that makes it readable; a staging right after another exchange writes the other scratch region and
     needs no barrier before its writes (KernelContext.scratch_for_exchange)."""
     rows, cols = tmap.shape[1 - contiguous], tmap.shape[contiguous]
-    pitch = cols + PAD_BYTES // elem_bytes
+    pitch = cols + (PAD_BYTES // elem_bytes if pad is None else pad)
     strides = [0, 0]
     strides[1 - contiguous], strides[contiguous] = pitch, 1
     nbytes = rows * pitch * elem_bytes
@@ -338,49 +361,94 @@ def _ldmatrix_b(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: boo
     return out
 
 
+def _load_pairs(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int,  # type: ignore[no-untyped-def]
+                base: int) -> list[str]:
+    """kPairs fragments from a K-contiguous staging (rows: A's M rows, or B's N columns; `pitch` words): lane
+    (g, t) reads tile K columns 8 * kk + 2t, 2t + 1 of its rows with one ld.shared.v2.b32 per row: the A rows
+    g + 8 * warp_m + 8 * WM * (2 * rep_m + i) give (a_i, a_i+2), B's column g + 8 * warp_n + 8 * WN * rep_n gives
+    (b0, b1)."""
+    wm, wn = warps_of(enc)
+    op_idx = enc.get("opIdx")
+    rows, k = (tmap.shape[0], tmap.shape[1]) if op_idx == 0 else (tmap.shape[1], tmap.shape[0])
+    lane = ctx.lane
+    g = ctx._pro("pair_g", "b32", f"shr.u32 {{d}}, {lane}, 2;")
+    t = ctx._pro("pair_t", "b32", f"and.b32 {{d}}, {lane}, 3;")
+    warp_m, warp_n = _warp_coords(ctx, wm, wn)
+    warp_row = warp_m if op_idx == 0 else warp_n
+    addr = _lane_address(ctx, pitch, 4, [(g, 1), (warp_row, 8)], [(t, 2)])
+    out = [""] * tmap.num_regs
+    for kk in range(k // 8):
+        if op_idx == 0:
+            for rep_m in range(rows // (16 * wm)):
+                targets = a_registers(tmap, wm, rep_m, kk, 1, pairs=True)
+                for i in range(2):
+                    row = 8 * wm * (2 * rep_m + i)
+                    lo, hi = _ld_shared_v2(ctx, f"{addr}+{base + 4 * (row * pitch + 8 * kk)}")
+                    out[targets[i]], out[targets[i + 2]] = lo, hi
+        else:
+            for rep_n in range(rows // (8 * wn)):
+                targets = b_registers(tmap, wn, rep_n, kk, 1, pairs=True)
+                lo, hi = _ld_shared_v2(ctx, f"{addr}+{base + 4 * (8 * wn * rep_n * pitch + 8 * kk)}")
+                out[targets[0]], out[targets[1]] = lo, hi
+    return out
+
+
+def _ld_shared_v2(ctx: KernelContext, addr: str) -> tuple[str, str]:
+    lo, hi = ctx.new("f32"), ctx.new("f32")
+    ctx.emit(f"ld.shared.v2.f32 {{{lo}, {hi}}}, [{addr}];")
+    return lo, hi
+
+
 # ------------------------------------------------------------------------------------------------ dot
 
 
 def lower_dot(ctx: KernelContext, op: Operation) -> None:
-    """mt.dot with an `#mt.mma` version 2 result: one mma.sync per (m-block, n-block, K step)."""
+    """mt.dot with an `#mt.mma` version 2 result: one mma.sync per (m-block, n-block, K step); three for tf32x3
+    (a_lo b_hi, a_hi b_lo, then a_hi b_hi, the small products first)."""
     a_v, b_v, c_v = op.operands
     enc = op.result.type.encoding
     wm, wn = warps_of(enc)
-    k_width = a_v.type.encoding.get("kWidth")
+    a_enc = a_v.type.encoding
+    k_width, pairs = a_enc.get("kWidth"), k_pairs(a_enc)
     (m, k), n = a_v.type.shape, b_v.type.shape[1]
     t = "tf32" if k_width == 1 else a_v.type.scalar.name  # type: ignore[union-attr]
     shape = "m16n8k8" if k_width == 1 else "m16n8k16"
+    split = k_width == 1 and op.attrs.get("input_precision") == "tf32x3"
     a_map, b_map, c_map = ctx.tmap(a_v), ctx.tmap(b_v), ctx.tmap(op.result)
     a_regs, b_regs, c_regs = ctx.get(a_v), ctx.get(b_v), ctx.get(c_v)
-    words = _words_tf32 if k_width == 1 else _words_16
+    words = _words_split if split else _words_tf32 if k_width == 1 else _words_16
     out = [""] * c_map.num_regs
-    a_words: dict[tuple[int, int], list[str]] = {}
-    b_words: dict[tuple[int, int], list[str]] = {}
+    a_words: dict[tuple[int, int], list[list[str]]] = {}
+    b_words: dict[tuple[int, int], list[list[str]]] = {}
     for rep_m in range(m // (16 * wm)):
         for rep_n in range(n // (8 * wn)):
             c_idx = c_registers(c_map, wm, wn, rep_m, rep_n)
             acc = [c_regs[i] for i in c_idx]
-            d = [ctx.new("f32") for _ in range(4)]
             for kk in range(k // (8 * k_width)):
                 if (rep_m, kk) not in a_words:
-                    a_words[(rep_m, kk)] = words(ctx, [a_regs[i] for i in a_registers(a_map, wm, rep_m, kk, k_width)])
+                    a_words[(rep_m, kk)] = words(ctx, [a_regs[i] for i in a_registers(a_map, wm, rep_m, kk, k_width,
+                                                                                       pairs)])
                 if (rep_n, kk) not in b_words:
-                    b_words[(rep_n, kk)] = words(ctx, [b_regs[i] for i in b_registers(b_map, wn, rep_n, kk, k_width)])
-                ctx.emit(f"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, "
-                         f"{{{', '.join(a_words[(rep_m, kk)])}}}, {{{', '.join(b_words[(rep_n, kk)])}}}, "
-                         f"{{{', '.join(acc)}}};")
-                acc = d
+                    b_words[(rep_n, kk)] = words(ctx, [b_regs[i] for i in b_registers(b_map, wn, rep_n, kk, k_width,
+                                                                                       pairs)])
+                terms = ([(1, 0), (0, 1), (0, 0)] if split else [(0, 0)])  # (a part, b part): 0 hi, 1 lo
+                for pa, pb in terms:
+                    d = [ctx.new("f32") for _ in range(4)]
+                    ctx.emit(f"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, "
+                             f"{{{', '.join(a_words[(rep_m, kk)][pa])}}}, {{{', '.join(b_words[(rep_n, kk)][pb])}}}, "
+                             f"{{{', '.join(acc)}}};")
+                    acc = d
             for i, reg in zip(c_idx, acc):
                 out[i] = reg
     ctx.bind(op.result, out)
 
 
-def _words_16(ctx: KernelContext, elements: list[str]) -> list[str]:
+def _words_16(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
     """A fragment's 16-bit elements packed in pairs into the 32-bit registers mma.sync takes."""
-    return [pack(ctx, elements[i], elements[i + 1]) for i in range(0, len(elements), 2)]
+    return [[pack(ctx, elements[i], elements[i + 1]) for i in range(0, len(elements), 2)]]
 
 
-def _words_tf32(ctx: KernelContext, elements: list[str]) -> list[str]:
+def _words_tf32(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
     """A fragment's f32 elements rounded to tf32 (cvt.rna: nearest, ties away, as the interpreter rounds); elements
     that went through shared memory were rounded once when staged (`_round_tf32`) and are used as they are (only
     an operand that needed no data movement, a register renaming, is rounded here, per fragment)."""
@@ -392,4 +460,18 @@ def _words_tf32(ctx: KernelContext, elements: list[str]) -> list[str]:
         r = ctx.new("b32")
         ctx.emit(f"cvt.rna.tf32.f32 {r}, {e};")
         out.append(r)
-    return out
+    return [out]
+
+
+def _words_split(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
+    """tf32x3: each f32 element x as hi = tf32(x) and lo = tf32(x - hi) (x = hi + lo to about 2^-22 relative), so
+    that a_hi b_hi + a_hi b_lo + a_lo b_hi carries fp32-level products through tf32 tensor cores."""
+    hi, lo = [], []
+    for e in elements:
+        h, rest, lw = ctx.new("b32"), ctx.new("f32"), ctx.new("b32")
+        ctx.emit(f"cvt.rna.tf32.f32 {h}, {e};")
+        ctx.emit(f"sub.f32 {rest}, {e}, {h};")
+        ctx.emit(f"cvt.rna.tf32.f32 {lw}, {rest};")
+        hi.append(h)
+        lo.append(lw)
+    return [hi, lo]

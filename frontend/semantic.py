@@ -736,8 +736,8 @@ class Semantic:
             if c.shape != (m, n) or c.dtype != f32:
                 raise error(f"dot accumulator must be an f32 tile of shape {(m, n)}, got {c.type}")
         precision = input_precision if input_precision is not None else "ieee"
-        if precision not in ("ieee", "tf32"):
-            raise error(f"input_precision must be 'ieee' or 'tf32', got {precision!r}")
+        if precision not in ("ieee", "tf32", "tf32x3"):
+            raise error(f"input_precision must be 'ieee', 'tf32' or 'tf32x3', got {precision!r}")
         return TileValue(self.b.create1("mt.dot", [a.handle, b.handle, c.handle], c.type,
                                         input_precision=precision))
 

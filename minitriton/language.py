@@ -180,7 +180,9 @@ def store_tensor_descriptor(desc: Any, offsets: Any, value: Any, _sem: Any = Non
 @builtin
 def dot(a: Any, b: Any, acc: Any = None, input_precision: str | None = None, _sem: Any = None) -> Any:
     """acc + a @ b for 2-D tiles (a: MxK, b: KxN of f16, bf16 or f32), accumulated in f32.
-    `input_precision="tf32"` lets f32 inputs round to tf32 (tensor cores); the default is exact products."""
+    `input_precision="tf32"` lets f32 inputs round to tf32 (tensor cores); `"tf32x3"` splits each f32 input into
+    two tf32 parts and sums three tensor-core products (hi*hi + hi*lo + lo*hi: about fp32 accuracy at 3x the
+    tensor-core work; a dot left on CUDA cores computes exact products); the default is exact products."""
     return _sem.dot(a, b, acc, input_precision)
 
 

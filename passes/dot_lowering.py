@@ -1,7 +1,7 @@
 """Pass "dot-lowering": puts each mt.dot that tensor cores can compute on them, and records the choice in the IR.
 
-Runs after "tiling". For every mt.dot whose a and b are f16 or bf16 (or f32 with input_precision "tf32": mma.sync
-m16n8k8 on tf32, kWidth 1), it picks (func attr `dot_instruction`: "auto", the default, or "wgmma" / "mma" / "fma"
+Runs after "tiling". For every mt.dot whose a and b are f16 or bf16 (or f32 with input_precision "tf32" or "tf32x3":
+mma.sync m16n8k8 on tf32, kWidth 1; tf32x3 issues three per step, codegen/mma.py), it picks (func attr `dot_instruction`: "auto", the default, or "wgmma" / "mma" / "fma"
 to force one where it applies):
 
   wgmma.mma_async m64nNk16  num_warps a multiple of 4, M a multiple of 16 * num_warps (64 rows per warpgroup and
@@ -36,12 +36,16 @@ accumulators fixed to their #mt.mma layouts as the first anchors: the mma layout
 values, elementwise ops and reductions (`#mt.slice` of it) until it meets a load / store anchor, where a
 `mt.convert_layout` appears (the epilogue). The IR's earlier convert_layouts and encodings are dropped first,
 and unused ops (index math the first solve had recomputed in other layouts) are removed at the end (dce).
+
+A tf32 dot whose A operand then sits in the accumulator's thread map (an earlier dot's result, or a tile loaded
+in that blocked layout) takes both operands in kPairs order (`with_k_pairs`): A becomes a register renaming, so a
+recurrent state held as an accumulator is the next product's A operand without a pass through shared memory.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minitriton.ir.layouts import blocked, default_layout, thread_map
+from minitriton.ir.layouts import blocked, default_layout, identity, register_permutation, thread_map
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
 from minitriton.ir.mma_layouts import (dot_operand_layout, dot_operand_thread_map, mma_layout, shared_layout,
@@ -59,6 +63,7 @@ SMEM_BUDGET = 48 * 1024
 CHOICES = ("auto", "wgmma", "mma", "fma")
 DEFAULT_CHOICE = "auto"  # for kernels without a `dot_instruction` attr ("mma" keeps wgmma off everywhere)
 TENSOR_CORE_TYPES = ("f16", "bf16")
+TF32_PRECISIONS = ("tf32", "tf32x3")  # f32 dots that may run on tf32 tensor cores (tf32x3: three products each)
 K_WIDTH = 2  # 16-bit elements: two K-adjacent values per 32-bit register of an mma.sync fragment
 
 
@@ -109,6 +114,8 @@ def lower_dots(func: Operation) -> bool:
                 if producer is not None and producer.name == "mt.reshape" and frag is not None:
                     anchors.setdefault(producer, frag)
     assign_layouts(func, anchors)
+    for op, choice in list(chosen.items()):
+        chosen[op] = with_k_pairs(op, choice)
     memo: dict[tuple[Value, LayoutAttr], Value] = {}
     for op, choice in chosen.items():
         if choice.instruction == "wgmma" and ring_slot_operands(op) is not None:
@@ -189,7 +196,7 @@ def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool =
     """The tensor-core instruction for `op` (None: CUDA cores); `in_rings`: wgmma would read ring slots in place."""
     a, b = op.operands[0].type, op.operands[1].type
     (m, k), n = a.shape, b.shape[1]
-    tf32 = a.scalar.name == "f32" and op.attrs.get("input_precision") == "tf32"  # type: ignore[union-attr]
+    tf32 = a.scalar.name == "f32" and op.attrs.get("input_precision") in TF32_PRECISIONS  # type: ignore
     if prefer == "fma" or not (tf32 or a.scalar.name in TENSOR_CORE_TYPES):  # type: ignore[union-attr]
         return None
     if not tf32 and prefer in ("auto", "wgmma") and fits_wgmma(m, n, k, num_warps, in_rings):
@@ -201,6 +208,26 @@ def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool =
             acc = mma_layout(2, warps, [16, 8])
             return DotChoice("mma", acc, dot_operand_layout(0, acc, k_width), dot_operand_layout(1, acc, k_width))
     return None
+
+
+def with_k_pairs(op: Operation, choice: DotChoice) -> DotChoice:
+    """A tf32 mma.sync dot with both operands in kPairs order (minitriton/ir/mma_layouts.py) when that makes its A
+    operand a register renaming of the tile the layout solve gave it (an accumulator, or a tile loaded in the
+    accumulator's blocked layout) and the plain order does not; otherwise `choice` unchanged."""
+    if choice.instruction != "mma" or choice.a.get("kWidth") != 1 or warps_of(choice.accumulator)[1] != 1:
+        return choice
+    a = op.operands[0]
+    src = a.type.encoding  # type: ignore[union-attr]
+    if src is None:
+        return choice
+    shape = tuple(a.type.shape)  # type: ignore[union-attr]
+    src_map = thread_map(src, shape)
+    plain = dot_operand_thread_map(choice.a, shape)
+    pairs_a = dot_operand_layout(0, choice.accumulator, 1, k_pairs=True)
+    if register_permutation(src_map, plain, identity) is not None \
+            or register_permutation(src_map, dot_operand_thread_map(pairs_a, shape), identity) is None:
+        return choice
+    return DotChoice("mma", choice.accumulator, pairs_a, dot_operand_layout(1, choice.accumulator, 1, k_pairs=True))
 
 
 def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False) -> bool:
@@ -322,7 +349,8 @@ def verify_dot_layouts(func: Operation) -> None:
             raise ValueError(f"{where}: {acc} does not tile {op.result.type}")
         if acc.get("version") == 2:
             k_width = 1 if op.operands[0].type.scalar.name == "f32" else K_WIDTH  # type: ignore[union-attr]
-            want = (dot_operand_layout(0, acc, k_width), dot_operand_layout(1, acc, k_width))
+            pairs = a is not None and bool(a.get("kPairs"))
+            want = (dot_operand_layout(0, acc, k_width, pairs), dot_operand_layout(1, acc, k_width, pairs))
         else:
             want = tuple(e if e is not None and e.kind == "shared" else None for e in (a, b))
         if (a, b) != want or None in want:

@@ -345,7 +345,7 @@ class _Solver:
         the program's warps here, where num_warps is known), its vector width what the layout and the axis facts
         allow."""
         op = node.op
-        enc = op.attrs.pop("layout")
+        enc = op.attrs["layout"]  # kept: dot-lowering solves the layouts again
         warps = 1
         for w in enc.get("warpsPerCTA"):
             warps *= w

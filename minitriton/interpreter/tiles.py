@@ -127,11 +127,16 @@ def build_scan(op: Operation) -> Fn:
 
 def build_dot(op: Operation) -> Fn:
     s = op.operands[0].type.scalar
-    tf32 = op.attrs.get("input_precision", "ieee") == "tf32" and s.name == "f32"  # type: ignore[union-attr]
+    precision = op.attrs.get("input_precision", "ieee") if s.name == "f32" else "ieee"  # type: ignore[union-attr]
 
     def dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
-        if tf32:
+        if precision == "tf32":
             a, b = round_tf32(a), round_tf32(b)
+        if precision == "tf32x3":  # hi = tf32(x), lo = tf32(x - hi); the lo * lo product is dropped
+            a_hi, b_hi = round_tf32(a), round_tf32(b)
+            a_lo, b_lo = round_tf32(a - a_hi), round_tf32(b - b_hi)
+            return (acc.astype(F64) + a_hi.astype(F64) @ b_hi.astype(F64) + a_hi.astype(F64) @ b_lo.astype(F64)
+                    + a_lo.astype(F64) @ b_hi.astype(F64)).astype(F32)
         return (acc.astype(F64) + a.astype(F64) @ b.astype(F64)).astype(F32)
 
     return dot

@@ -31,6 +31,13 @@ g + 8 * warp_m + 8 * WM * a (the accumulator's rows) and K columns kWidth * (lan
 kk) the elements a0..a7 (a0..a3 for tf32) of `mma.sync`'s A fragment, B per (n-block b, kk) b0..b3 (b0, b1) —
 see codegen/mma.py for the fragments.
 
+`kPairs = 1` (tf32 only) permutes K inside each 8-column block for both operands of a dot: fragment K column
+t + 4 * c holds tile column 2 * t + c (`tf32_a_column`), so a lane holds the adjacent pair 2t, 2t + 1. A dot
+sums over K, so the permutation changes nothing as long as A and B share it. What it buys: the A operand
+[M, K] with WN = 1 then has exactly the accumulator's thread map (rows g + 8 * i, columns 2t + {0, 1}), so
+an accumulator, or a tile loaded in the accumulator's blocked layout, is an A operand by register renaming.
+A recurrent state can then stay in registers between tensor-core products (KDA decode's chunk step).
+
 Shared (#mt.shared): `order` lists the dims fastest first (the contiguous one, K for wgmma operands: "K-major"),
 `swizzle` the byte width S of the swizzle atom: 8 rows of S bytes, in which byte address bits 4 .. 4 + log2(S / 16)
 (the 16-byte chunk) are XORed with bits 7 .. (so with 128-byte rows, chunk j of row r is stored at j ^ (r % 8)),
@@ -60,9 +67,13 @@ def mma_layout(version: int, warps_per_cta: Sequence[int], instr_shape: Sequence
     return enc
 
 
-def dot_operand_layout(op_idx: int, parent: LayoutAttr, k_width: int) -> LayoutAttr:
-    """`#mt.dot_op<{opIdx, parent, kWidth}>`: operand a (0) or b (1) of a dot whose result has layout `parent`."""
-    enc = layout("dot_op", opIdx=op_idx, parent=parent, kWidth=k_width)
+def dot_operand_layout(op_idx: int, parent: LayoutAttr, k_width: int, k_pairs: bool = False) -> LayoutAttr:
+    """`#mt.dot_op<{opIdx, parent, kWidth}>`: operand a (0) or b (1) of a dot whose result has layout `parent`;
+    `k_pairs` (tf32 only) adds `kPairs = 1`: K permuted within each 8-column block (see the module docstring)."""
+    params = {"opIdx": op_idx, "parent": parent, "kWidth": k_width}
+    if k_pairs:
+        params["kPairs"] = 1
+    enc = layout("dot_op", **params)
     check_dot_operand(enc)
     return enc
 
@@ -109,6 +120,18 @@ def check_dot_operand(enc: LayoutAttr) -> None:
     if parent.get("version") != 2 or enc.get("kWidth") not in (1, 2):
         raise ValueError(f"dot_op layouts are mma.sync register operands (version 2 parent, kWidth 2 for 16-bit "
                          f"elements, 1 for tf32), got {enc}")
+    if enc.get("kPairs") not in (None, 1) or (enc.get("kPairs") and enc.get("kWidth") != 1):
+        raise ValueError(f"kPairs = 1 is a tf32 (kWidth 1) operand's K order, got {enc}")
+
+
+def k_pairs(enc: LayoutAttr) -> bool:
+    """Whether a dot_op layout holds K pairs (`kPairs = 1`)."""
+    return bool(enc.get("kPairs"))
+
+
+def fragment_k(enc: LayoutAttr, col: int) -> int:
+    """The tile K column (within one K step) that fragment K column `col` of an operand in layout `enc` holds."""
+    return tf32_a_column(col) if k_pairs(enc) else col
 
 
 def check_shared(enc: LayoutAttr) -> None:
@@ -156,11 +179,13 @@ def dot_operand_thread_map(enc: LayoutAttr, shape: tuple[int, ...]) -> ThreadMap
     k_step = 8 * k_width  # m16n8k16 for 16-bit elements, m16n8k8 for tf32
     if rows % per_block or k % k_step:
         raise ValueError(f"dot_op layout {enc} does not tile shape {shape}")
-    # lane % 4 picks kWidth adjacent K columns (per 8-wide K block); every warp holds all of K
-    k_dim = DimMap(k, k_width, 4, 1, 0, 0)
+    # lane % 4 picks kWidth adjacent K columns (per 8-wide K block); every warp holds all of K. kPairs: lane t
+    # holds columns 2t (fragment column t) and 2t + 1 (fragment column t + 4) of each 8-column block
+    pairs = k_pairs(enc)
+    k_dim = DimMap(k, 2 if pairs else k_width, 4, 1, 0, 0)
 
     def k_offset(kk: int, half: int, s: int) -> int:  # K step kk, its half (first / second 4 * kWidth columns)
-        return k_step * kk + 4 * k_width * half + s
+        return k_step * kk + (half if pairs else 4 * k_width * half + s)
 
     if op_idx == 0:
         row_dim = DimMap(rows, 1, 8, wm, 2, log2(wn))  # warps are numbered warp_n fastest (order [1, 0])
@@ -209,3 +234,13 @@ def accumulator_as_tf32_a(acc: LayoutAttr, shape: tuple[int, int]) -> list[int] 
         return None
     a_map = dot_operand_thread_map(dot_operand_layout(0, acc, 1), shape)
     return register_permutation(mma_thread_map(acc, shape), a_map, lambda c: (c[0], tf32_a_column(c[1])))
+
+
+def accumulator_as_k_pairs_a(acc: LayoutAttr, shape: tuple[int, int]) -> list[int] | None:
+    """accumulator_as_tf32_a stated as a layout: per register of the A operand in `#mt.dot_op<{opIdx = 0, kWidth =
+    1, kPairs = 1}>` (whose K columns are the tile's, in pair order), the accumulator register holding it; None as
+    there. This is the renaming codegen finds (a convert_layout mma -> dot_op kPairs costs nothing)."""
+    if acc.get("version") != 2 or warps_of(acc)[1] != 1 or not tiles_accumulator(acc, shape):
+        return None
+    a_map = dot_operand_thread_map(dot_operand_layout(0, acc, 1, k_pairs=True), shape)
+    return register_permutation(mma_thread_map(acc, shape), a_map, lambda c: c)

@@ -749,7 +749,7 @@ def _scan(o: Operation) -> None:
         fail(o, f"bad scan of {src} over axis {axis}")
 
 
-DOT_PRECISIONS = ("ieee", "tf32")
+DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 
 
 @op("mt.dot", "acc + a @ b for 2-D tiles: a MxK, b KxN (f16/bf16/f32, same type), acc MxN f32. Products are exact, "
