@@ -842,52 +842,61 @@ kda_decode_t1_kernel_4w = mt.kernel(min_blocks_per_sm=4)(kda_decode_t1_kernel.fn
 
 @mt.func
 def _raw_at(pos, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs, C: mt.constexpr,
-            DRAFT_COL: mt.constexpr, WIDTH: mt.constexpr, ROW: mt.constexpr):
+            DRAFT_COL: mt.constexpr, WIDTH: mt.constexpr, ROW: mt.constexpr, RW: mt.constexpr = 0):
     """[R, WIDTH] raw inputs (fp32) of one projection at sequence positions `pos` [R]: the committed conv window at
     -3..-1 (its channels `ch`), replayed draft j at j < n_replay (draft cache column DRAFT_COL on), this step's
-    token t at n_replay + t (`src_ptr`, rows of WIDTH); 0 past the step's last token."""
+    token t at n_replay + t (`src_ptr`, rows of WIDTH); 0 past the step's last token. RW > 0: loaded a row per
+    warp (RW warps), which the chunk's token math then runs in (no copies in several warps)."""
     full = offs[None, :] >= 0
     t = pos - n_replay
     in_w = (pos < 0)[:, None] & full
     in_d = ((pos >= 0) & (pos < n_replay))[:, None] & full
     in_t = ((t >= 0) & (t < T))[:, None] & full
-    xw = mt.load(conv_base + (mt.maximum(pos, -3) + 3)[:, None] * C + ch[None, :], mask=in_w, other=0.0)
-    xd = mt.load(draft_proj_ptr + (draft0 + mt.maximum(pos, 0) * H)[:, None] * ROW + DRAFT_COL + offs[None, :],
-                 mask=in_d, other=0.0)
-    xt = mt.load(src_ptr + (tok0 + mt.maximum(t, 0) * H)[:, None] * WIDTH + offs[None, :], mask=in_t, other=0.0)
+    at_w = conv_base + (mt.maximum(pos, -3) + 3)[:, None] * C + ch[None, :]
+    at_d = draft_proj_ptr + (draft0 + mt.maximum(pos, 0) * H)[:, None] * ROW + DRAFT_COL + offs[None, :]
+    at_t = src_ptr + (tok0 + mt.maximum(t, 0) * H)[:, None] * WIDTH + offs[None, :]
+    if RW:
+        rows = mt.blocked([1, 4], [1, 32], [RW, 1], [1, 0])
+        xw = mt.load(at_w, mask=in_w, other=0.0, layout=rows)
+        xd = mt.load(at_d, mask=in_d, other=0.0, layout=rows)
+        xt = mt.load(at_t, mask=in_t, other=0.0, layout=rows)
+    else:
+        xw = mt.load(at_w, mask=in_w, other=0.0)
+        xd = mt.load(at_d, mask=in_d, other=0.0)
+        xt = mt.load(at_t, mask=in_t, other=0.0)
     return xw.to(mt.float32) + xd.to(mt.float32) + xt.to(mt.float32)
 
 
 @mt.func
 def _conv_at(pos, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs, taps_ptr,
-             C: mt.constexpr, DRAFT_COL: mt.constexpr, WIDTH: mt.constexpr, ROW: mt.constexpr):
+             C: mt.constexpr, DRAFT_COL: mt.constexpr, WIDTH: mt.constexpr, ROW: mt.constexpr, RW: mt.constexpr = 0):
     """Conv + SiLU at positions `pos`: taps 0..3 on the raw inputs of pos - 3 .. pos (`_raw_at`)."""
     w0, w1, w2, w3 = _load_taps(taps_ptr)
     y = (w0[None, :] * _raw_at(pos - 3, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
-                               C, DRAFT_COL, WIDTH, ROW)
+                               C, DRAFT_COL, WIDTH, ROW, RW)
          + w1[None, :] * _raw_at(pos - 2, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
-                                 C, DRAFT_COL, WIDTH, ROW)
+                                 C, DRAFT_COL, WIDTH, ROW, RW)
          + w2[None, :] * _raw_at(pos - 1, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
-                                 C, DRAFT_COL, WIDTH, ROW)
+                                 C, DRAFT_COL, WIDTH, ROW, RW)
          + w3[None, :] * _raw_at(pos, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, tok0, H, offs,
-                                 C, DRAFT_COL, WIDTH, ROW))
+                                 C, DRAFT_COL, WIDTH, ROW, RW))
     return y * _sigmoid(y)
 
 
 @mt.func
 def _token_tile(pos, valid, n_replay, T, conv_base, draft_proj_ptr, draft_beta_ptr, draft0, q_ptr, k_ptr, v_ptr,
                 f_ptr, beta_ptr, tok0, H, offs_k, offs_v, ch_q, ch_k, ch_v, conv_w_ptr, dt_bias, a_coef, scale,
-                lower_bound, C: mt.constexpr, K: mt.constexpr, V: mt.constexpr, ROW: mt.constexpr):
+                lower_bound, C: mt.constexpr, K: mt.constexpr, V: mt.constexpr, ROW: mt.constexpr, RW: mt.constexpr = 0):
     """The state-independent vectors of the tokens at `pos` [R] (rows where `valid`): q^ (L2-normalized, scaled),
     k^ (L2-normalized), v (conv + SiLU), the log-decay g (0 on invalid rows) and beta (0 on invalid rows)."""
     qq = _conv_at(pos, n_replay, T, conv_base, ch_q, draft_proj_ptr, draft0, q_ptr, tok0, H, offs_k,
-                  conv_w_ptr + ch_q * 4, C, 0, K, ROW)
+                  conv_w_ptr + ch_q * 4, C, 0, K, ROW, RW)
     kk = _conv_at(pos, n_replay, T, conv_base, ch_k, draft_proj_ptr, draft0, k_ptr, tok0, H, offs_k,
-                  conv_w_ptr + ch_k * 4, C, K, K, ROW)
+                  conv_w_ptr + ch_k * 4, C, K, K, ROW, RW)
     vv = _conv_at(pos, n_replay, T, conv_base, ch_v, draft_proj_ptr, draft0, v_ptr, tok0, H, offs_v,
-                  conv_w_ptr + ch_v * 4, C, 2 * K, V, ROW)
+                  conv_w_ptr + ch_v * 4, C, 2 * K, V, ROW, RW)
     f = _raw_at(pos, n_replay, T, conv_base, ch_k, draft_proj_ptr, draft0, f_ptr, tok0, H, offs_k, C, 2 * K + V, K,
-                ROW)
+                ROW, RW)
     t = pos - n_replay
     raw_b = (mt.load(draft_beta_ptr + draft0 + mt.maximum(pos, 0) * H, mask=(pos >= 0) & (pos < n_replay),
                      other=0.0).to(mt.float32)
@@ -899,7 +908,18 @@ def _token_tile(pos, valid, n_replay, T, conv_base, draft_proj_ptr, draft_beta_p
 
 
 @mt.func
-def _chunk_solve(kh, g, beta, valid):
+def _gram(x, y, BROADCAST: mt.constexpr):
+    """x y^T for token rows x [R, K], y [S, K] (exact f32 products). BROADCAST: as a sum over K of the [R, S, K]
+    broadcast product, so that with a row per warp each product row is a warp's own shuffle reduction (the rows
+    of y broadcast to every warp once), instead of a CUDA-core dot's shared-memory k loop (two loads an FMA)."""
+    if BROADCAST:
+        return mt.sum(x[:, None, :] * y[None, :, :], axis=2)
+    else:
+        return mt.dot(x, mt.trans(y))
+
+
+@mt.func
+def _chunk_solve(kh, g, beta, valid, DOUBLINGS: mt.constexpr, GRAM: mt.constexpr):
     """The WY pieces of one chunk (kda_chunked_reference): (k^ e^Gamma, k^ e^-Gamma, (I + diag(beta) tril(A,-1))^-1,
     Gamma_last). |Gamma| <= rows * |lower_bound| <= CHUNK_MAX_LOG_DECAY (the host checks), so e^-Gamma stays in
     fp32's range."""
@@ -908,32 +928,35 @@ def _chunk_solve(kh, g, beta, valid):
     km = kh * mt.exp(-cum)
     rr = mt.arange(0, kh.shape[0])
     lower = (rr[:, None] > rr[None, :]) & valid[:, None] & valid[None, :]
-    amat = mt.where(lower, mt.dot(kp, mt.trans(km)), 0.0)
+    amat = mt.where(lower, _gram(kp, km, GRAM), 0.0)
     eye = (rr[:, None] == rr[None, :]).to(mt.float32)
     n_mat = -(beta[:, None] * amat)  # (I - N)^-1 = (I + diag(beta) tril(A, -1))^-1
     power = n_mat
     inv = eye + n_mat
-    for _ in mt.static_range(3):  # N^16 = 0 for a chunk of at most 16 rows: (I + N)(I + N^2)(I + N^4)(I + N^8)
+    for _ in mt.static_range(DOUBLINGS):  # N^R = 0 for R rows: (I + N)(I + N^2)...(I + N^(R/2)), log2(R) - 1 steps
         power = mt.dot(power, power)
         inv = inv + mt.dot(inv, power)
     return kp, km, inv, mt.sum(g, axis=0)
 
 
 @mt.func
-def _chunk_deltas_t(S, kp, vv, beta, tinv):
+def _chunk_deltas_t(S, kp, vv, beta, tinv, PRECISION: mt.constexpr):
     """D^T [V, R]: the chunk's deltas from the state S [V, K] it starts from."""
-    rhs = (mt.trans(vv) - mt.dot(S, mt.trans(kp))) * beta[None, :]
-    return mt.dot(rhs, mt.trans(tinv))
+    rhs = (mt.trans(vv) - mt.dot(S, mt.trans(kp), input_precision=PRECISION)) * beta[None, :]
+    return mt.dot(rhs, mt.trans(tinv), input_precision=PRECISION)
 
 
 @mt.func
 def _state_half(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, kp, vv, beta, tinv, qp, bmat_t, first_decay,
-                k_first):
+                k_first, PRECISION: mt.constexpr):
     """Rows of the state [VH, K] through the step: the replay chunk, then the new-token chunk's outputs [VH, TN]
-    and the committed rows (after the first new token). Every row of the state evolves on its own."""
-    S = S * decay_r[None, :] + mt.dot(_chunk_deltas_t(S, kp_r, vv_r, beta_r, tinv_r), kend_r)
-    d_t = _chunk_deltas_t(S, kp, vv, beta, tinv)
-    o_t = mt.dot(S, mt.trans(qp)) + mt.dot(d_t, bmat_t)
+    and the committed rows (after the first new token). Every row of the state evolves on its own. With the
+    state in the mma accumulator's layout and PRECISION "tf32x3" every product here is on tensor cores, S and
+    the products derived from it their A operands by register renaming (mma_layouts.py, kPairs)."""
+    S = S * decay_r[None, :] + mt.dot(_chunk_deltas_t(S, kp_r, vv_r, beta_r, tinv_r, PRECISION), kend_r,
+                                      input_precision=PRECISION)
+    d_t = _chunk_deltas_t(S, kp, vv, beta, tinv, PRECISION)
+    o_t = mt.dot(S, mt.trans(qp), input_precision=PRECISION) + mt.dot(d_t, bmat_t, input_precision=PRECISION)
     return o_t, S * first_decay[None, :] + _row0(mt.trans(d_t))[:, None] * k_first[None, :]
 
 
@@ -951,7 +974,8 @@ def kda_decode_chunked_kernel(
         conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
         scale, lower_bound, norm_eps, renorm_every,
         H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
-        TR: mt.constexpr, TN: mt.constexpr):
+        TR: mt.constexpr, TN: mt.constexpr, WHOLE: mt.constexpr = False, WARPS: mt.constexpr = 8,
+        PRECISION: mt.constexpr = "ieee", DR: mt.constexpr = 3, DN: mt.constexpr = 3):
     """The step for T > 1 in chunked (WY) form (variant `chunked`; the algebra and its float64 statement:
     kda_chunked_reference.py). Program (h, b): the replayed drafts as one chunk of TR rows, then the T new tokens as
     one chunk of TN rows, each: the tokens' vectors as [R, K] tiles (conv straight from the window, draft cache
@@ -959,7 +983,11 @@ def kda_decode_chunked_kernel(
     D^T = (v - S k^)^T beta T^-T, the outputs S q^ + D^T tril(B)^T and the rank-R update. The state is read once
     and written once (after the first new token), in two halves of V / 2 rows (every row evolves on its own; half
     the registers: 24 B of spills at K3 instead of 356); no per-token pass over it. renorm_every is unused (the
-    chunk form needs no deferred decay)."""
+    chunk form needs no deferred decay).
+
+    WHOLE (variant `chunked_tc`): the whole [V, K] state at once, loaded and stored in the blocked layout of an
+    mma.sync accumulator on WARPS warps ([WARPS, 1]), with PRECISION "tf32x3": the state products run on tensor
+    cores, the state is their A operand and their accumulator in place (no shared memory for it), TR, TN >= 8."""
     h = mt.program_id(0)
     b = mt.program_id(1)
     T = NUM_DRAFTS + 1
@@ -976,15 +1004,17 @@ def kda_decode_chunked_kernel(
         draft0 = (slot64 * MAX_DRAFTS) * H + h
         tok0 = (b * T) * H + h
         # the state in two halves of V / 2 rows, one after the other (the chunk algebra is per row of the state)
-        half_at = (state_ptr + (slot64 * H + h) * (V * K) + mt.arange(0, V // 2)[:, None] * K + offs_k[None, :])
+        head_at = state_ptr + (slot64 * H + h) * (V * K)
+        half_at = head_at + mt.arange(0, V // 2)[:, None] * K + offs_k[None, :]
 
         # the replayed drafts: positions 0 .. n_replay - 1
         pos_r = mt.arange(0, TR)
         ok_r = pos_r < n_replay
         _, kh, vv, g, beta = _token_tile(pos_r, ok_r, n_replay, T, conv_base, draft_proj_ptr, draft_beta_ptr, draft0,
                                          q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, tok0, H, offs_k, offs_v, ch_q, ch_k,
-                                         ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V, ROW)
-        kp_r, km_r, tinv_r, last = _chunk_solve(kh, g, beta, ok_r)
+                                         ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V, ROW,
+                                         WARPS if WHOLE else 0)
+        kp_r, km_r, tinv_r, last = _chunk_solve(kh, g, beta, ok_r, DR, WHOLE)
         decay_r = mt.exp(last)
         kend_r = km_r * decay_r[None, :]
         vv_r, beta_r = vv, beta
@@ -995,20 +1025,27 @@ def kda_decode_chunked_kernel(
         qh, kh, vv, g, beta = _token_tile(n_replay + tt, ok_n, n_replay, T, conv_base, draft_proj_ptr, draft_beta_ptr,
                                           draft0, q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, tok0, H, offs_k, offs_v,
                                           ch_q, ch_k, ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V,
-                                          ROW)
-        kp, km, tinv, last = _chunk_solve(kh, g, beta, ok_n)
+                                          ROW, WARPS if WHOLE else 0)
+        kp, km, tinv, last = _chunk_solve(kh, g, beta, ok_n, DN, WHOLE)
         qp = qh * mt.exp(mt.cumsum(g, axis=0))
         upper = (tt[:, None] >= tt[None, :]) & ok_n[:, None] & ok_n[None, :]
-        bmat_t = mt.trans(mt.where(upper, mt.dot(qp, mt.trans(km)), 0.0))
+        bmat_t = mt.trans(mt.where(upper, _gram(qp, km, WHOLE), 0.0))
         first_decay = mt.exp(_row0(g))
         k_first = _row0(kh)
-        o_lo, com_lo = _state_half(mt.load(half_at), kp_r, vv_r[:, 0:V // 2], beta_r, tinv_r, decay_r, kend_r, kp,
-                                   vv[:, 0:V // 2], beta, tinv, qp, bmat_t, first_decay, k_first)
-        mt.barrier()  # every thread has loaded its rows of the low half: they may be overwritten
-        mt.store(half_at, com_lo)
-        o_hi, com_hi = _state_half(mt.load(half_at + (V // 2) * K), kp_r, vv_r[:, V // 2:V], beta_r, tinv_r, decay_r,
-                                   kend_r, kp, vv[:, V // 2:V], beta, tinv, qp, bmat_t, first_decay, k_first)
-        o_t = mt.cat([o_lo, o_hi], 0)  # [V, TN]: o of token t in column t
+        acc_layout = mt.blocked([1, 2], [8, 4], [WARPS, 1], [1, 0])
+        if WHOLE:
+            state_at = head_at + mt.arange(0, V)[:, None] * K + offs_k[None, :]
+            o_t, com = _state_half(mt.load(state_at, layout=acc_layout), kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r,
+                                   kp, vv, beta, tinv, qp, bmat_t, first_decay, k_first, PRECISION)
+        else:
+            o_lo, com_lo = _state_half(mt.load(half_at), kp_r, vv_r[:, 0:V // 2], beta_r, tinv_r, decay_r, kend_r,
+                                       kp, vv[:, 0:V // 2], beta, tinv, qp, bmat_t, first_decay, k_first, PRECISION)
+            mt.barrier()  # every thread has loaded its rows of the low half: they may be overwritten
+            mt.store(half_at, com_lo)
+            o_hi, com_hi = _state_half(mt.load(half_at + (V // 2) * K), kp_r, vv_r[:, V // 2:V], beta_r, tinv_r,
+                                       decay_r, kend_r, kp, vv[:, V // 2:V], beta, tinv, qp, bmat_t, first_decay,
+                                       k_first, PRECISION)
+            o_t = mt.cat([o_lo, o_hi], 0)  # [V, TN]: o of token t in column t
 
         # gated RMSNorm per token (columns), then o [B, T, H, V]
         o_at = (tok0 + tt * H)[None, :] * V + offs_v[:, None]
@@ -1028,7 +1065,10 @@ def kda_decode_chunked_kernel(
         win_v = _raw_at(win_pos, n_replay, T, conv_base, ch_v, draft_proj_ptr, draft0, v_ptr, tok0, H, offs_v, C,
                         2 * K, V, ROW)
         mt.barrier()  # every thread's reads of the window and the draft rows are done before they are overwritten
-        mt.store(half_at + (V // 2) * K, com_hi)
+        if WHOLE:
+            mt.store(state_at, com, layout=acc_layout)
+        else:
+            mt.store(half_at + (V // 2) * K, com_hi)
         w_ok = w3 < 3
         mt.store(conv_base + w3[:, None] * C + ch_q[None, :], win_q, mask=w_ok[:, None] & (offs_k[None, :] >= 0))
         mt.store(conv_base + w3[:, None] * C + ch_k[None, :], win_k, mask=w_ok[:, None] & (offs_k[None, :] >= 0))
@@ -1557,12 +1597,13 @@ class Variant:
     state_cache: str = ""
     late_state: bool = False  # the state prefetched into L2 at the item's start, loaded after the prologue
     column: bool = False  # the column-owner state (COLUMN): a V column per thread, V / 32 warps
+    tensor_cores: str = ""  # kda_decode_chunked_kernel: the whole state on tensor cores at this input precision
 
     @property
     def t_gt_1(self) -> tuple:
         """What decides the T > 1 kernel's code (variants equal here time the same k >= 1 kernel)."""
         return (self.kernel, self.warps, self.rows, self.prefetch, self.pf_floats, self.ahead, self.seq_prefetch,
-                self.state_cache, self.late_state, self.column)
+                self.state_cache, self.late_state, self.column, self.tensor_cores)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -1580,6 +1621,11 @@ VARIANTS: dict[str, Variant] = {
     # and 24 B of spills (one program per SM), or capped at 128 for two per SM (244 B of spills)
     "chunked": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8),
     "chunked_2cta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel_2cta", 8),
+    # the chunked kernel on tensor cores (2026-12-02; not yet timed): the whole state in an mma.sync accumulator's
+    # layout, its products tf32x3 mma.sync with the state as A operand in place (kPairs); chunks of >= 8 rows.
+    # chunked_tc1: plain tf32 (one product per K step, ~1e-3 relative error per product), to price the split
+    "chunked_tc": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8, tensor_cores="tf32x3"),
+    "chunked_tc1": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8, tensor_cores="tf32"),
     # k >= 1 with the whole state in registers and the per-token vectors staged in a per-program scratch up front:
     # no block barrier and no layout conversion in the token loops (2026-12-01; not yet timed). k = 0 as
     # stream_l32_pf2
@@ -1781,8 +1827,15 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
                             ONE_RUN=staged_one_run(cache.max_drafts, t, weights.lower_bound), num_warps=num_warps,
                             **_staged_options(chosen, th, staged_row_floats(kd, vd), 2 * kd + vd))
     elif kernel_name.startswith("kda_decode_chunked") and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
-        kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts,
-                         TR=_pow2_at_least(cache.max_drafts), TN=_pow2_at_least(t), num_warps=num_warps)
+        tc = {}
+        rows = 1
+        if chosen.tensor_cores:  # mma.sync tiles N in blocks of 8: chunks of at least 8 rows (the rest masked)
+            tc, rows = dict(WHOLE=True, WARPS=num_warps, PRECISION=chosen.tensor_cores), 8
+        tr, tn = max(rows, _pow2_at_least(cache.max_drafts)), max(rows, _pow2_at_least(t))
+        if chosen.tensor_cores:  # the unit-lower inverse needs log2(rows) - 1 doublings (3 cover 16 rows)
+            tc.update(DR=max(tr.bit_length() - 2, 0), DN=max(tn.bit_length() - 2, 0))
+        kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, TR=tr, TN=tn,
+                         num_warps=num_warps, **tc)
     else:
         if kernel_name.startswith("kda_decode_chunked"):  # chunks too long for the factored decay: the loop kernel
             kernel = kda_decode_step_kernel
@@ -1838,6 +1891,9 @@ kda_decode_t1_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, MAX
                                 PREFETCH=1, num_warps=8)
 kda_decode_chunked_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, TR=8,
                                      TN=8, num_warps=8)  # variant chunked, 7 drafts
+kda_decode_chunked_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, TR=8,
+                                     TN=8, WHOLE=True, WARPS=8, PRECISION="tf32x3", DR=2, DN=2,
+                                     num_warps=8)  # chunked_tc
 
 
 def staged_k3_spec(variant: str = "staged", drafts: int = 7):  # type: ignore[no-untyped-def]

@@ -104,8 +104,8 @@ def lower_dots(func: Operation) -> bool:
     strip_layouts(func)
     anchors = {op: c.accumulator for op, c in chosen.items()}
     for op in func.walk():  # dots left on CUDA cores keep a blocked accumulator: an #mma layout flooding in from a
-        if op.name == "mt.dot" and op not in chosen:  # tensor-core neighbour may not tile their shape
-            anchors[op] = default_layout(op.result.type.shape, warps[op])
+        if op.name == "mt.dot" and op not in chosen and not _tiny(op, warps[op]):  # tensor-core neighbour may not
+            anchors[op] = default_layout(op.result.type.shape, warps[op])  # tile their shape
     for op, choice in chosen.items():  # operands built by a reshape: hold them in their fragments' threads
         if choice.instruction == "mma":
             for i, enc in ((0, choice.a), (1, choice.b)):
@@ -203,7 +203,7 @@ def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool =
         return _wgmma_choice(m, n, k, num_warps)
     if prefer in ("auto", "mma"):
         k_width = 1 if tf32 else K_WIDTH
-        warps = mma_v2_warps(m, n, k, num_warps, k_width)
+        warps = mma_v2_warps(m, n, k, num_warps, k_width, a_staged=not (tf32 and a_in_accumulator_layout(op)))
         if warps is not None:
             acc = mma_layout(2, warps, [16, 8])
             return DotChoice("mma", acc, dot_operand_layout(0, acc, k_width), dot_operand_layout(1, acc, k_width))
@@ -230,6 +230,15 @@ def with_k_pairs(op: Operation, choice: DotChoice) -> DotChoice:
     return DotChoice("mma", choice.accumulator, pairs_a, dot_operand_layout(1, choice.accumulator, 1, k_pairs=True))
 
 
+def _tiny(op: Operation, num_warps: int) -> bool:
+    """A dot result with fewer elements than threads: every layout holds copies of it, and the solver never gives
+    it an mma layout (tiling's `_copies_in_warps`), so it needs no anchor. Left free, it takes the layout of the
+    tiles around it (a chunk's [8, 8] matrices next to its [8, 128] token rows) instead of spreading its own
+    default, which replicates them, into them."""
+    m, n = op.result.type.shape  # type: ignore[union-attr]
+    return m * n < 32 * num_warps
+
+
 def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False) -> bool:
     """Whether `wgmma.mma_async m64nNk16` tiles an m x n x k dot of 16-bit operands on num_warps warps (operands
     staged per dot, or read in place from two or more ring stages when `in_rings`)."""
@@ -244,9 +253,11 @@ def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False) -
             and staged <= budget)
 
 
-def mma_v2_warps(m: int, n: int, k: int, num_warps: int, k_width: int = K_WIDTH) -> list[int] | None:
+def mma_v2_warps(m: int, n: int, k: int, num_warps: int, k_width: int = K_WIDTH, a_staged: bool = True
+                 ) -> list[int] | None:
     """warpsPerCTA [WM, WN] for mma.sync m16n8k16 (m16n8k8 for tf32, k_width 1; WM as large as M allows), or None
-    when the warps cannot tile the shape or an operand does not fit in shared memory."""
+    when the warps cannot tile the shape or an operand does not fit in shared memory (A only when `a_staged`:
+    an A operand renamed from the accumulator layout, `a_in_accumulator_layout`, never goes there)."""
     if m % 16 or n % 8 or k % (8 * k_width):
         return None
     wm = 1
@@ -256,8 +267,34 @@ def mma_v2_warps(m: int, n: int, k: int, num_warps: int, k_width: int = K_WIDTH)
     if 8 * wn > n:
         return None
     elem, pad = 4 // k_width, 16 * k_width // 4  # bytes per element; elements in the 16-byte row padding
-    padded = max((m + pad) * k, m * (k + pad), (k + pad) * n, k * (n + pad)) * elem
+    a_bytes = max((m + pad) * k, m * (k + pad)) if a_staged else 0
+    padded = max(a_bytes, (k + pad) * n, k * (n + pad)) * elem
+    if not a_staged and wn != 1:
+        return None  # the renaming needs WN = 1
     return [wm, wn] if padded <= SMEM_BUDGET else None
+
+
+def a_in_accumulator_layout(op: Operation) -> bool:
+    """Whether the A operand of a dot is a tile held in an mma accumulator's thread map: an mt.dot result, or a load
+    with an explicit layout of the accumulator's form (sizePerThread [1, 2], threadsPerWarp [8, 4], warps [W, 1]),
+    through elementwise ops. Such an A is taken by register renaming (kPairs, `with_k_pairs`), so its size does not
+    count against the shared-memory budget."""
+    v = op.operands[0]
+    shape = tuple(v.type.shape)  # type: ignore[union-attr]
+    for _ in range(32):
+        producer = getattr(v, "defining_op", None)
+        if producer is None:
+            return False
+        if producer.name == "mt.dot":
+            return True
+        if producer.name == "mt.load":
+            enc = producer.attrs.get("layout")
+            return enc is not None and enc == blocked([1, 2], [8, 4], [enc.get("warpsPerCTA")[0], 1], [1, 0])
+        same = [o for o in producer.operands if isinstance(o.type, TensorType) and tuple(o.type.shape) == shape]
+        if producer.name in ("mt.convert_layout", "mt.reshape", "mt.trans") or not same:
+            return False
+        v = same[0]
+    return False
 
 
 def fragment_blocked(enc: LayoutAttr, shape: tuple[int, ...]) -> LayoutAttr | None:

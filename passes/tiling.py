@@ -144,6 +144,14 @@ def _is_ring(v: Value) -> bool:
 Config = tuple[dict[Value, LayoutAttr], dict[Slot, "LayoutAttr | None"]]
 
 
+def _accumulator_form(enc: LayoutAttr) -> bool:
+    """Whether `enc` is the blocked layout of an mma.sync accumulator on warps [W, 1] (mma_layouts.py): what a
+    tile is loaded or stored in to be an accumulator, or an A operand by renaming, without conversion."""
+    return (enc.kind == "blocked" and tuple(enc.get("sizePerThread")) == (1, 2)
+            and tuple(enc.get("threadsPerWarp")) == (8, 4) and tuple(enc.get("order")) == (1, 0)
+            and enc.get("warpsPerCTA")[1] == 1)
+
+
 def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: LayoutAttr) -> Config | None:
     """The node's layouts given one port's layout, or None when that port does not determine them."""
     name = node.rule
@@ -325,12 +333,36 @@ class _Solver:
         if node.decided:
             return
         if node in self.weak:
-            if hint_def is not None:  # only a load's consumers decide it (not its index math)
+            # only a load's consumers decide it (not its index math)
+            if hint_def is not None and not self._copies_in_warps(node, ({hint_def: hint}, {})):
                 self._decide_weak(node, hint)
             return
         config = _rule(node, hint_def, hint_use, hint)
-        if config is not None:
+        if config is not None and not self._copies_in_warps(node, config):
             self._decide(node, config)
+
+    def _copies_in_warps(self, node: _Node, config: Config) -> bool:
+        """Whether `config` lays out a 2-D tile without a size-1 dim so that several warps hold copies of it: an
+        mma layout over a tile it does not tile (8 token rows against an accumulator on 8 warps of 8 rows each),
+        or the blocked layout of an mma accumulator (a state loaded in it, `_accumulator_form`) over a tile large
+        enough to give every thread its own elements. Other blocked layouts flood as before: a kernel may want
+        copies in every warp (a K vector per warp, kda_decode's staged kernel). Such a flood is refused: the tile (a chunk's [8, 128] token rows next to a [128, 128] state) is
+        laid out from its own anchors instead of every warp computing all of it in 8x the registers, and a
+        conversion appears where it meets the other side. Broadcast operands ([1, N]) and 1-D slices keep the
+        flood's layout (their copies are the point)."""
+        defs, uses = config
+        values = [(v, enc) for v, enc in defs.items()] + [(s[0].operands[s[1]], enc) for s, enc in uses.items()]
+        for v, enc in values:
+            if enc is None or not isinstance(v.type, TensorType) or not (enc.kind == "mma" or _accumulator_form(enc)):
+                continue
+            shape = v.type.shape
+            numel = shape[0] * shape[1] if len(shape) == 2 else 0
+            small = numel < WARP_SIZE * self.op_warps[node.op]  # copies in any blocked layout
+            if len(shape) != 2 or min(shape) == 1 or (enc.kind == "blocked" and small):
+                continue
+            if any(d.distinct_warps < d.wpc for d in thread_map(enc, shape).dims):
+                return True
+        return False
 
     def _decide_coalesced(self, node: _Node) -> None:
         if node.rule == "mt.prefetch":

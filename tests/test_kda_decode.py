@@ -248,6 +248,8 @@ def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> 
     ("stream_scratch_vc64", 32, 64, torch.float32, 7, 8),  # 2 chunks of 32 rows (2 rows per lane group), fp32
     ("chunked", 16, 16, torch.bfloat16, 3, 20),  # WY chunks of 4 rows (TR = TN = 4)
     ("chunked", 32, 64, torch.float32, 7, 8),  # WY chunks of 8 rows, fp32: against the recurrence to 2e-5
+    ("chunked_tc", 16, 16, torch.bfloat16, 3, 20),  # the whole state at once, chunks padded to 8 rows
+    ("chunked_tc", 32, 64, torch.float32, 7, 8),  # tf32x3 products (emulated): still within 2e-5 of fp32
     ("staged", 16, 16, torch.bfloat16, 3, 20),  # the whole state in registers, vectors staged up front (4 warps)
     ("staged", 32, 64, torch.float32, 7, 8),  # 2 state rows per thread (outputs packed from 2 registers)
     ("staged_col", 32, 64, torch.float32, 7, 8),  # a V column per thread (2 warps): no shuffle in the token loops
@@ -784,6 +786,16 @@ def test_compiled_staged_prefetch_kernel_matches_the_interpreter(kd: int, vd: in
     assert ("prefetch.global.L1" in ptx) == (variant != "staged_touch") and "ld.global.cg" in ptx
 
 
+@pytest.mark.parametrize("kd,vd,num_warps", [(32, 64, 4), (64, 32, 2)])
+def test_compiled_tensor_core_chunked_kernel_matches_the_interpreter(kd: int, vd: int, num_warps: int) -> None:
+    """chunked_tc's PTX on the simulator (3 drafts in chunks of 8 rows; the state [V, K] on warps [num_warps, 1]):
+    the state loaded in the accumulator's layout is the A operand of its products by renaming (kPairs), every
+    state product is three tf32 mma.sync (tf32x3), the committed state is stored from the accumulator."""
+    ptx = compiled_step_matches_interpreter("kda_decode_chunked_kernel", kd, vd, num_warps, -5.0, drafts=3,
+                                            variant="chunked_tc")
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx and "ldmatrix" not in ptx
+
+
 @pytest.mark.parametrize("kd,vd,lower_bound", [(32, 64, -5.0), (16, 32, -20.0)])
 def test_compiled_column_owner_staged_kernel_matches_the_interpreter(kd: int, vd: int, lower_bound: float) -> None:
     """staged_col's PTX on the simulator (V / 32 warps: 2 and 1; ONE_RUN, and runs of 2 with folds): the state in
@@ -808,7 +820,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (64, 96, 3, "staged"), (256, 12, 1, "staged"), (256, 12, 7, "staged_pf"), (64, 96, 7, "staged_pf"),
     (256, 12, 7, "staged_pf1"), (256, 12, 7, "staged_touch"), (256, 12, 7, "staged_pf_late"),
     (256, 12, 7, "staged_col"), (64, 96, 7, "staged_col"), (256, 12, 1, "staged_col"),
-    (64, 96, 7, "staged_pf_late")])
+    (64, 96, 7, "staged_pf_late"), (256, 12, 7, "chunked_tc"), (64, 96, 7, "chunked_tc"), (64, 96, 3, "chunked_tc"),
+    (256, 12, 1, "chunked_tc"), (256, 12, 7, "chunked_tc1")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
@@ -821,7 +834,7 @@ def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch"), (7, "chunked"),
+@pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch"), (7, "chunked"), (7, "chunked_tc"),
                                             (7, "staged"), (7, "staged_pf"), (7, "staged_pf_late")])
 def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int,
                                                        variant: str | None) -> None:

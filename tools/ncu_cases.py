@@ -87,6 +87,7 @@ CASES: dict[str, Callable[[], Call]] = {
     "kda_k7": lambda: kda_decode(7, 7),
     "kda_scratch_k7": lambda: kda_decode(7, 7, "stream_scratch_vc64"),
     "kda_chunked_k7": lambda: kda_decode(7, 7, "chunked"),
+    "kda_chunked_tc_k7": lambda: kda_decode(7, 7, "chunked_tc"),
     "kda_staged_k7": lambda: kda_decode(7, 7, "staged"),
     "kda_staged_pf_k7": lambda: kda_decode(7, 7, "staged_pf"),
     "kda_staged_pf1_k7": lambda: kda_decode(7, 7, "staged_pf1"),
