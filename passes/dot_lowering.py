@@ -267,10 +267,9 @@ def mma_v2_warps(m: int, n: int, k: int, num_warps: int, k_width: int = K_WIDTH,
     if 8 * wn > n:
         return None
     elem, pad = 4 // k_width, 16 * k_width // 4  # bytes per element; elements in the 16-byte row padding
+    a_staged = a_staged or wn != 1  # the renaming needs WN = 1
     a_bytes = max((m + pad) * k, m * (k + pad)) if a_staged else 0
     padded = max(a_bytes, (k + pad) * n, k * (n + pad)) * elem
-    if not a_staged and wn != 1:
-        return None  # the renaming needs WN = 1
     return [wm, wn] if padded <= SMEM_BUDGET else None
 
 

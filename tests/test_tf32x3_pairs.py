@@ -105,3 +105,14 @@ def test_plain_tf32_misses_the_float64_bound(gen: torch.Generator) -> None:
     p64, _ = reference(x)
     assert rel_err(got[3].double(), p64) > 10 * X3_BOUND
     assert rel_err(got[3], run_interpreted(make, (1, 1, 1), x)[3]) <= SIM_BOUND
+
+
+def test_a_renamed_from_an_accumulator_is_not_staged_and_wn_above_one_still_tiles() -> None:
+    """mma_v2_warps: a [128, 128] f32 A that is renamed (a_staged=False) does not count against the shared-memory
+    budget; when the warps need WN > 1 (no renaming then) A is charged again and the dot still goes on tensor
+    cores when it fits (FlashKDA's chained tf32 dots, which a first version of this rule sent to CUDA cores)."""
+    from minitriton.passes.dot_lowering import mma_v2_warps
+
+    assert mma_v2_warps(128, 8, 128, 8, 1) is None  # staged: 132 x 128 x 4 bytes > 48 KB
+    assert mma_v2_warps(128, 8, 128, 8, 1, a_staged=False) == [8, 1]
+    assert mma_v2_warps(32, 64, 64, 8, 1, a_staged=False) == mma_v2_warps(32, 64, 64, 8, 1) == [2, 4]
