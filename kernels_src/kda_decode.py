@@ -908,18 +908,7 @@ def _token_tile(pos, valid, n_replay, T, conv_base, draft_proj_ptr, draft_beta_p
 
 
 @mt.func
-def _gram(x, y, BROADCAST: mt.constexpr):
-    """x y^T for token rows x [R, K], y [S, K] (exact f32 products). BROADCAST: as a sum over K of the [R, S, K]
-    broadcast product, so that with a row per warp each product row is a warp's own shuffle reduction (the rows
-    of y broadcast to every warp once), instead of a CUDA-core dot's shared-memory k loop (two loads an FMA)."""
-    if BROADCAST:
-        return mt.sum(x[:, None, :] * y[None, :, :], axis=2)
-    else:
-        return mt.dot(x, mt.trans(y))
-
-
-@mt.func
-def _chunk_solve(kh, g, beta, valid, DOUBLINGS: mt.constexpr, GRAM: mt.constexpr):
+def _chunk_solve(kh, g, beta, valid, DOUBLINGS: mt.constexpr):
     """The WY pieces of one chunk (kda_chunked_reference): (k^ e^Gamma, k^ e^-Gamma, (I + diag(beta) tril(A,-1))^-1,
     Gamma_last). |Gamma| <= rows * |lower_bound| <= CHUNK_MAX_LOG_DECAY (the host checks), so e^-Gamma stays in
     fp32's range."""
@@ -928,7 +917,7 @@ def _chunk_solve(kh, g, beta, valid, DOUBLINGS: mt.constexpr, GRAM: mt.constexpr
     km = kh * mt.exp(-cum)
     rr = mt.arange(0, kh.shape[0])
     lower = (rr[:, None] > rr[None, :]) & valid[:, None] & valid[None, :]
-    amat = mt.where(lower, _gram(kp, km, GRAM), 0.0)
+    amat = mt.where(lower, mt.dot(kp, mt.trans(km)), 0.0)
     eye = (rr[:, None] == rr[None, :]).to(mt.float32)
     n_mat = -(beta[:, None] * amat)  # (I - N)^-1 = (I + diag(beta) tril(A, -1))^-1
     power = n_mat
@@ -957,6 +946,21 @@ def _state_half(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, kp, vv, beta, ti
                                       input_precision=PRECISION)
     d_t = _chunk_deltas_t(S, kp, vv, beta, tinv, PRECISION)
     o_t = mt.dot(S, mt.trans(qp), input_precision=PRECISION) + mt.dot(d_t, bmat_t, input_precision=PRECISION)
+    return o_t, S * first_decay[None, :] + _row0(mt.trans(d_t))[:, None] * k_first[None, :]
+
+
+@mt.func
+def _state_whole(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, kp, vv, beta, tinv, qp, bmat_t, first_decay,
+                 k_first, PRECISION: mt.constexpr):
+    """_state_half for the whole state on tensor cores: the new chunk's two products with the state, S k^T and
+    S q^T, as one [V, K] x [K, 2 TN] product (the state's A fragments split into tf32 parts once, not twice)."""
+    S = S * decay_r[None, :] + mt.dot(_chunk_deltas_t(S, kp_r, vv_r, beta_r, tinv_r, PRECISION), kend_r,
+                                      input_precision=PRECISION)
+    tn = kp.shape[0]
+    both = mt.dot(S, mt.trans(mt.cat([kp, qp], 0)), input_precision=PRECISION)
+    rhs = (mt.trans(vv) - both[:, 0:tn]) * beta[None, :]
+    d_t = mt.dot(rhs, mt.trans(tinv), input_precision=PRECISION)
+    o_t = both[:, tn:2 * tn] + mt.dot(d_t, bmat_t, input_precision=PRECISION)
     return o_t, S * first_decay[None, :] + _row0(mt.trans(d_t))[:, None] * k_first[None, :]
 
 
@@ -1014,7 +1018,7 @@ def kda_decode_chunked_kernel(
                                          q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, tok0, H, offs_k, offs_v, ch_q, ch_k,
                                          ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V, ROW,
                                          WARPS if WHOLE else 0)
-        kp_r, km_r, tinv_r, last = _chunk_solve(kh, g, beta, ok_r, DR, WHOLE)
+        kp_r, km_r, tinv_r, last = _chunk_solve(kh, g, beta, ok_r, DR)
         decay_r = mt.exp(last)
         kend_r = km_r * decay_r[None, :]
         vv_r, beta_r = vv, beta
@@ -1026,17 +1030,17 @@ def kda_decode_chunked_kernel(
                                           draft0, q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, tok0, H, offs_k, offs_v,
                                           ch_q, ch_k, ch_v, conv_w_ptr, dt_bias, a_coef, scale, lower_bound, C, K, V,
                                           ROW, WARPS if WHOLE else 0)
-        kp, km, tinv, last = _chunk_solve(kh, g, beta, ok_n, DN, WHOLE)
+        kp, km, tinv, last = _chunk_solve(kh, g, beta, ok_n, DN)
         qp = qh * mt.exp(mt.cumsum(g, axis=0))
         upper = (tt[:, None] >= tt[None, :]) & ok_n[:, None] & ok_n[None, :]
-        bmat_t = mt.trans(mt.where(upper, _gram(qp, km, WHOLE), 0.0))
+        bmat_t = mt.trans(mt.where(upper, mt.dot(qp, mt.trans(km)), 0.0))
         first_decay = mt.exp(_row0(g))
         k_first = _row0(kh)
         acc_layout = mt.blocked([1, 2], [8, 4], [WARPS, 1], [1, 0])
         if WHOLE:
             state_at = head_at + mt.arange(0, V)[:, None] * K + offs_k[None, :]
-            o_t, com = _state_half(mt.load(state_at, layout=acc_layout), kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r,
-                                   kp, vv, beta, tinv, qp, bmat_t, first_decay, k_first, PRECISION)
+            o_t, com = _state_whole(mt.load(state_at, layout=acc_layout), kp_r, vv_r, beta_r, tinv_r, decay_r,
+                                    kend_r, kp, vv, beta, tinv, qp, bmat_t, first_decay, k_first, PRECISION)
         else:
             o_lo, com_lo = _state_half(mt.load(half_at), kp_r, vv_r[:, 0:V // 2], beta_r, tinv_r, decay_r, kend_r,
                                        kp, vv[:, 0:V // 2], beta, tinv, qp, bmat_t, first_decay, k_first, PRECISION)
