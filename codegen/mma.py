@@ -464,14 +464,15 @@ def _words_tf32(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
 
 
 def _words_split(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
-    """tf32x3: each f32 element x as hi = tf32(x) and lo = tf32(x - hi) (x = hi + lo to about 2^-22 relative), so
-    that a_hi b_hi + a_hi b_lo + a_lo b_hi carries fp32-level products through tf32 tensor cores."""
+    """tf32x3: each f32 element x as hi = x with its low 13 mantissa bits cleared and lo = x - hi (exact in f32),
+    which the mma reads as tf32 by ignoring lo's own low 13 bits: x = hi + lo to about 2^-21 relative, so that
+    a_hi b_hi + a_hi b_lo + a_lo b_hi carries fp32-level products through tf32 tensor cores. Two instructions an
+    element (and.b32, sub.f32); cvt.rna.tf32.f32 is several on sm_90 and would round no better here."""
     hi, lo = [], []
     for e in elements:
-        h, rest, lw = ctx.new("b32"), ctx.new("f32"), ctx.new("b32")
-        ctx.emit(f"cvt.rna.tf32.f32 {h}, {e};")
+        h, rest = ctx.new("b32"), ctx.new("b32")  # .b32: what mma takes; sub.f32 accepts bit-size registers
+        ctx.emit(f"and.b32 {h}, {e}, 0xFFFFE000;")
         ctx.emit(f"sub.f32 {rest}, {e}, {h};")
-        ctx.emit(f"cvt.rna.tf32.f32 {lw}, {rest};")
         hi.append(h)
-        lo.append(lw)
+        lo.append(rest)
     return [hi, lo]

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ir.core import Operation
 from ..ir.types import ScalarType, with_scalar
-from .values import F32, F64, bitcast, dtype_of, rounder, round_tf32, scalar_value
+from .values import F32, F64, bitcast, dtype_of, rounder, round_tf32, scalar_value, truncate_tf32
 
 Fn = Callable[..., Any]
 
@@ -132,9 +132,9 @@ def build_dot(op: Operation) -> Fn:
     def dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
         if precision == "tf32":
             a, b = round_tf32(a), round_tf32(b)
-        if precision == "tf32x3":  # hi = tf32(x), lo = tf32(x - hi); the lo * lo product is dropped
-            a_hi, b_hi = round_tf32(a), round_tf32(b)
-            a_lo, b_lo = round_tf32(a - a_hi), round_tf32(b - b_hi)
+        if precision == "tf32x3":  # hi = x cut to tf32, lo = (x - hi) cut to tf32 (codegen/mma.py); no lo * lo
+            a_hi, b_hi = truncate_tf32(a), truncate_tf32(b)
+            a_lo, b_lo = truncate_tf32(a - a_hi), truncate_tf32(b - b_hi)
             return (acc.astype(F64) + a_hi.astype(F64) @ b_hi.astype(F64) + a_hi.astype(F64) @ b_lo.astype(F64)
                     + a_lo.astype(F64) @ b_hi.astype(F64)).astype(F32)
         return (acc.astype(F64) + a.astype(F64) @ b.astype(F64)).astype(F32)

@@ -91,6 +91,13 @@ def round_tf32(x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(a), rounded, a)
 
 
+def truncate_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values cut to tf32 (the low 13 mantissa bits cleared): what an mma.sync reads from an f32 register
+    it takes as tf32 without a cvt (the tf32x3 split's parts)."""
+    a = np.asarray(x, dtype=F32)
+    return (a.view(np.uint32) & np.uint32(0xFFFFE000)).view(F32)
+
+
 def rounder(s: ScalarType):  # type: ignore[no-untyped-def]
     """A function mapping float32 results to values of the low-precision float type `s` (None for others)."""
     if s.name == "bf16":
