@@ -961,7 +961,8 @@ def _state_whole(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, kp, vv, beta, t
     rhs = (mt.trans(vv) - both[:, 0:tn]) * beta[None, :]
     d_t = mt.dot(rhs, mt.trans(tinv), input_precision=PRECISION)
     o_t = both[:, tn:2 * tn] + mt.dot(d_t, bmat_t, input_precision=PRECISION)
-    return o_t, S * first_decay[None, :] + _row0(mt.trans(d_t))[:, None] * k_first[None, :]
+    d_first = mt.sum(mt.where((mt.arange(0, tn) == 0)[None, :], d_t, 0.0), axis=1)  # column 0, in d_t's own layout
+    return o_t, S * first_decay[None, :] + d_first[:, None] * k_first[None, :]
 
 
 @mt.func
