@@ -855,11 +855,10 @@ def _raw_at(pos, n_replay, T, conv_base, ch, draft_proj_ptr, draft0, src_ptr, to
     at_w = conv_base + (mt.maximum(pos, -3) + 3)[:, None] * C + ch[None, :]
     at_d = draft_proj_ptr + (draft0 + mt.maximum(pos, 0) * H)[:, None] * ROW + DRAFT_COL + offs[None, :]
     at_t = src_ptr + (tok0 + mt.maximum(t, 0) * H)[:, None] * WIDTH + offs[None, :]
-    if RW:
-        rows = mt.blocked([1, 4], [1, 32], [RW, 1], [1, 0])
-        xw = mt.load(at_w, mask=in_w, other=0.0, layout=rows)
-        xd = mt.load(at_d, mask=in_d, other=0.0, layout=rows)
-        xt = mt.load(at_t, mask=in_t, other=0.0, layout=rows)
+    if RW:  # one load from whichever source holds the row (a row is one warp's: the select is uniform in it)
+        at = mt.where(in_w, at_w, mt.where(in_d, at_d, at_t))
+        x = mt.load(at, mask=in_w | in_d | in_t, other=0.0, layout=mt.blocked([1, 4], [1, 32], [RW, 1], [1, 0]))
+        return x.to(mt.float32)
     else:
         xw = mt.load(at_w, mask=in_w, other=0.0)
         xd = mt.load(at_d, mask=in_d, other=0.0)
