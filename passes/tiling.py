@@ -43,6 +43,12 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    small side does not choose the layout of the big tile (the big tile's own flood decides it, and the conversion
    lands on the small side). Nodes no flood reaches get the default layout (one element per thread, last dim
    fastest; a reduce from its operand's side, an expand_dims from its result's). A scalar stays a scalar.
+   A flood is refused where it would give a 2-D tile without a size-1 dim copies in several warps through an mma
+   accumulator layout, or through that accumulator's blocked form ([1, 2] / [8, 4] / [W, 1], the layout a state
+   is loaded in to be an accumulator or an A operand without conversion; `_copies_in_warps`): a few token rows
+   next to a [128, 128] state would otherwise be computed 8 times over; their own anchors decide them instead
+   (docs/layouts.md, "Tensor-core neighbours"). Explicit `layout=` loads and stores keep their attr, so
+   dot-lowering's second solve anchors them again.
 3. Materialization. Where an operand's layout differs from what its consumer was decided with, the operand is
    used as is with a `mt.convert_layout` when the two layouts are equivalent (`layouts_equivalent`: every
    element in the same thread and register; the codegen lowers it to a register rename), else recomputed in the
