@@ -211,23 +211,28 @@ def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool =
 
 
 def with_k_pairs(op: Operation, choice: DotChoice) -> DotChoice:
-    """A tf32 mma.sync dot with both operands in kPairs order (minitriton/ir/mma_layouts.py) when that makes its A
-    operand a register renaming of the tile the layout solve gave it (an accumulator, or a tile loaded in the
-    accumulator's blocked layout) and the plain order does not; otherwise `choice` unchanged."""
-    if choice.instruction != "mma" or choice.a.get("kWidth") != 1 or warps_of(choice.accumulator)[1] != 1:
+    """A tf32 mma.sync dot with both operands in kPairs order (minitriton/ir/mma_layouts.py) when that makes more of
+    its operands register renamings of the tiles the layout solve gave them than the plain order does: an A held
+    in an accumulator's thread map (an earlier dot's result, a tile loaded in the accumulator's blocked layout),
+    or a B that is a transposed accumulator (a state S^T [V, K] feeding x @ S). Otherwise `choice` unchanged."""
+    if choice.instruction != "mma" or choice.a.get("kWidth") != 1:
         return choice
-    a = op.operands[0]
-    src = a.type.encoding  # type: ignore[union-attr]
-    if src is None:
-        return choice
-    shape = tuple(a.type.shape)  # type: ignore[union-attr]
-    src_map = thread_map(src, shape)
-    plain = dot_operand_thread_map(choice.a, shape)
-    pairs_a = dot_operand_layout(0, choice.accumulator, 1, k_pairs=True)
-    if register_permutation(src_map, plain, identity) is not None \
-            or register_permutation(src_map, dot_operand_thread_map(pairs_a, shape), identity) is None:
-        return choice
-    return DotChoice("mma", choice.accumulator, pairs_a, dot_operand_layout(1, choice.accumulator, 1, k_pairs=True))
+    acc = choice.accumulator
+    pairs = (dot_operand_layout(0, acc, 1, k_pairs=True), dot_operand_layout(1, acc, 1, k_pairs=True))
+
+    def renames(encs: tuple[LayoutAttr, LayoutAttr]) -> int:
+        count = 0
+        for v, enc in zip(op.operands[:2], encs):
+            src = v.type.encoding  # type: ignore[union-attr]
+            shape = tuple(v.type.shape)  # type: ignore[union-attr]
+            if src is not None and register_permutation(thread_map(src, shape), dot_operand_thread_map(enc, shape),
+                                                        identity) is not None:
+                count += 1
+        return count
+
+    if renames(pairs) > renames((choice.a, choice.b)):
+        return DotChoice("mma", acc, *pairs)
+    return choice
 
 
 def _tiny(op: Operation, num_warps: int) -> bool:

@@ -38,3 +38,17 @@ def test_column_map_is_a_permutation_and_the_product_is_unchanged() -> None:
     rng = np.random.default_rng(5)
     s, kt = rng.standard_normal((16, n)), rng.standard_normal((n, 8))
     np.testing.assert_allclose(s[:, cols] @ kt[cols, :], s @ kt, rtol=1e-12)
+
+
+@pytest.mark.parametrize("w", [1, 4, 8])
+@pytest.mark.parametrize("k_width", [1, 2])
+def test_transposed_accumulator_renames_into_the_b_operand(w: int, k_width: int) -> None:
+    """S^T [V, K] held as an accumulator on warps [W, 1] is the B operand [K, V] of a dot on warps [1, W]
+    (bf16: plain order; tf32: kPairs), so x @ S needs no shared memory for S."""
+    from minitriton.ir.mma_layouts import transposed_accumulator_as_b
+
+    acc = mma_layout(2, [w, 1], [16, 8])
+    shape = (16 * w, 32)
+    perm = transposed_accumulator_as_b(acc, shape, k_width)
+    assert perm is not None and sorted(perm) == list(range(len(perm)))
+    assert transposed_accumulator_as_b(mma_layout(2, [w, 2], [16, 8]), (16 * w, 32), k_width) is None

@@ -116,3 +116,33 @@ def test_a_renamed_from_an_accumulator_is_not_staged_and_wn_above_one_still_tile
     assert mma_v2_warps(128, 8, 128, 8, 1) is None  # staged: 132 x 128 x 4 bytes > 48 KB
     assert mma_v2_warps(128, 8, 128, 8, 1, a_staged=False) == [8, 1]
     assert mma_v2_warps(32, 64, 64, 8, 1, a_staged=False) == mma_v2_warps(32, 64, 64, 8, 1) == [2, 4]
+
+
+@mt.kernel
+def transposed_state_product(st_ptr, x_ptr, out_ptr, V: mt.constexpr, K: mt.constexpr, M: mt.constexpr,
+                             W: mt.constexpr):
+    """out = x S with the state held transposed, S^T [V, K], in the accumulator layout of warps [W, 1]."""
+    rv, rk, rm = mt.arange(0, V), mt.arange(0, K), mt.arange(0, M)
+    st = mt.load(st_ptr + rv[:, None] * K + rk[None, :], layout=mt.blocked([1, 2], [8, 4], [W, 1], [1, 0]))
+    x = mt.load(x_ptr + rm[:, None] * K + rk[None, :])
+    mt.store(out_ptr + rm[:, None] * V + rv[None, :], mt.dot(x, mt.trans(st), input_precision="tf32x3"))
+
+
+def test_a_transposed_state_is_the_b_operand_in_place(gen: torch.Generator) -> None:
+    """x [16, K] @ S with S^T [V, K] held as an accumulator: the dot runs on warps [1, W] and takes S^T's registers
+    as its B operand (kPairs; no shared-memory staging of S); the replay matches the interpreter and float64."""
+    v, k, m, w = 64, 32, 16, 4
+    names = ("st_ptr", "x_ptr", "out_ptr")
+    make = dsl(transposed_state_product, {p: PointerType(f32) for p in names}, dict(V=v, K=k, M=m, W=w),
+               {p: 16 for p in names}, num_warps=w)
+    assert lowered_ir(make).count("kPairs = 1") >= 2
+    ptx, _, _ = lower(make)
+    # x's 4 elements a thread (one vector store) and the result's exchange; S^T staged would add 4 vector stores,
+    # and the plain order an ldmatrix
+    assert "ldmatrix" not in ptx and ptx.count("st.shared") <= 6, ptx.count("st.shared")
+    x = [torch.randn(v, k, generator=gen), torch.randn(m, k, generator=gen), torch.full((m, v), float("nan"))]
+    want = run_interpreted(make, (1, 1, 1), x)
+    got = run_simulated(make, (1, 1, 1), x)
+    ref = x[1].double() @ x[0].double().T
+    assert rel_err(got[2], want[2]) <= SIM_BOUND
+    assert rel_err(got[2].double(), ref) <= X3_BOUND

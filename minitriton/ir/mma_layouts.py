@@ -236,6 +236,26 @@ def accumulator_as_tf32_a(acc: LayoutAttr, shape: tuple[int, int]) -> list[int] 
     return register_permutation(mma_thread_map(acc, shape), a_map, lambda c: (c[0], tf32_a_column(c[1])))
 
 
+def transposed_accumulator_as_b(acc: LayoutAttr, shape: tuple[int, int], k_width: int) -> list[int] | None:
+    """Per register of the B operand [K, N] of an mma.sync dot on warps [1, W], the register of the accumulator
+    `acc` ([N, K], warps [W, 1]) holding its transposed element, or None. The accumulator's lane holds rows g and
+    columns 2t, 2t + 1 of each 8-column block; B's lane holds column g and K rows 2t, 2t + 1 (+ 8 for a 16-wide
+    step): for 16-bit operands (k_width 2) in the plain order, for tf32 (k_width 1) in kPairs order. So a state
+    kept transposed, S^T [V, K], is the B operand of x @ S without shared memory (FlashKDA's recurrence:
+    v_new = u - w S; docs/kernels/flash_kda.md)."""
+    wm, wn = warps_of(acc)
+    n, k = shape
+    if acc.get("version") != 2 or wn != 1 or not tiles_accumulator(acc, shape):
+        return None
+    dot = mma_layout(2, [1, wm], [16, 8])
+    b = dot_operand_layout(1, dot, k_width, k_pairs=k_width == 1)
+    try:
+        b_map = dot_operand_thread_map(b, (k, n))
+    except ValueError:
+        return None
+    return register_permutation(mma_thread_map(acc, shape), b_map, lambda c: (c[1], c[0]))
+
+
 def accumulator_as_k_pairs_a(acc: LayoutAttr, shape: tuple[int, int]) -> list[int] | None:
     """accumulator_as_tf32_a stated as a layout: per register of the A operand in `#mt.dot_op<{opIdx = 0, kWidth =
     1, kPairs = 1}>` (whose K columns are the tile's, in pair order), the accumulator register holding it; None as
