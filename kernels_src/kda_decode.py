@@ -1630,6 +1630,10 @@ VARIANTS: dict[str, Variant] = {
     # chunked_tc1: plain tf32 (one product per K step, ~1e-3 relative error per product), to price the split
     "chunked_tc": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8, tensor_cores="tf32x3"),
     "chunked_tc1": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8, tensor_cores="tf32"),
+    # chunked_tc capped at 128 registers for two programs per SM (ptxas at K3: 1.2 KB of spills; not yet timed):
+    # the measured chunked_tc is latency bound at one program per SM (docs/kernels/kda_decode.md)
+    "chunked_tc_2cta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel_2cta", 8,
+                               tensor_cores="tf32x3"),
     # k >= 1 with the whole state in registers and the per-token vectors staged in a per-program scratch up front:
     # no block barrier and no layout conversion in the token loops (2026-12-01; not yet timed). k = 0 as
     # stream_l32_pf2

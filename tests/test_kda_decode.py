@@ -834,7 +834,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (256, 12, 7, "staged_pf1"), (256, 12, 7, "staged_touch"), (256, 12, 7, "staged_pf_late"),
     (256, 12, 7, "staged_col"), (64, 96, 7, "staged_col"), (256, 12, 1, "staged_col"),
     (64, 96, 7, "staged_pf_late"), (256, 12, 7, "chunked_tc"), (64, 96, 7, "chunked_tc"), (64, 96, 3, "chunked_tc"),
-    (256, 12, 1, "chunked_tc"), (256, 12, 7, "chunked_tc1")])
+    (256, 12, 1, "chunked_tc"), (256, 12, 7, "chunked_tc1"), (256, 12, 7, "chunked_tc_2cta")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
