@@ -62,6 +62,10 @@ RECURRENCE_CARRIED = False
 # 23:00 UTC, tools/flash_kda_variants.py --prefetch=yes): the recurrence 534.8 -> 502.6 us at B1 T8192 H12, 2586.6 ->
 # 2413.6 us at B1 T32768 H16 (-6%), errors unchanged.
 RECURRENCE_PREFETCH = True
+# Phase 2 with the state held transposed, S^T [BV, K], so that it is the A operand of its products by register
+# renaming and never staged through shared memory (kda_recurrence_kernel TRANSPOSED). Off: built 2026-12-02 after
+# the session's device time ran out; not yet timed (docs/kernels/flash_kda.md).
+RECURRENCE_TRANSPOSED = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
 STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
@@ -487,6 +491,15 @@ def kda_intra_chunk_sub16_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr
 # ------------------------------------------------------------------------------------------------ phase 2
 
 
+@mt.func
+def _oriented(x, TRANSPOSED: mt.constexpr):
+    """x, or x^T when the recurrence holds its state transposed."""
+    if TRANSPOSED:
+        return mt.trans(x)
+    else:
+        return x
+
+
 @mt.kernel(min_blocks_per_sm=1)  # without it ptxas picks 40 registers and spills 6 KB (8 warps)
 def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_ptr, h0_ptr, ht_ptr, seg_ptr,
                           H, h0_sn, h0_sh, h0_sk, h0_sv, ht_sn, ht_sh, ht_sk, ht_sv,
@@ -494,7 +507,7 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                           TRANSITION: mt.constexpr, HAS_H0: mt.constexpr, STORE_HT: mt.constexpr,
                           STATE_PRECISION: mt.constexpr, CARRIED: mt.constexpr = False,
                           PREFETCH: mt.constexpr = False, LINES_K: mt.constexpr = 1, LINES_V: mt.constexpr = 1,
-                          LINES_T: mt.constexpr = 1):
+                          LINES_T: mt.constexpr = 1, TRANSPOSED: mt.constexpr = False):
     """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
 
     CARRIED (RECURRENCE_CARRIED): the dot operands w, qg, Aqk are read through carried pointer tiles advanced a chunk
@@ -512,6 +525,12 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     PREFETCH (RECURRENCE_PREFETCH): at the top of each chunk, the next chunk's operand lines are prefetched into L1
     (LINES_K / LINES_V / LINES_T lines per K / BV / BT row of bf16), so its loads hit L1 instead of waiting out an
     L2 or DRAM round trip each chunk: the serial chain's loads are otherwise issued with nothing in flight behind.
+
+    TRANSPOSED (RECURRENCE_TRANSPOSED): the state is held as S^T [BV, K] and every product is transposed with it
+    (v_new^T = u^T - S^T w^T, o^T = S^T qg^T + v_new^T Aqk^T, S^T = S^T diag(decay) + v_new^T kg). S^T and v_new^T
+    are accumulators on warps [W, 1] and the A operands of the next products by register renaming (bf16: the
+    accumulator is the m16n8k16 A fragment; tf32: kPairs), so the state never goes through shared memory; only
+    the token tiles w, qg, Aqk, kg are staged (mma_layouts.transposed_accumulator_as_b gives the same fact for B).
     """
     NVB = (K + V) // BV if TRANSITION else V // BV
     pid = mt.program_id(0)  # 1-D grid, column blocks fastest: the blocks of one head run side by side (L2 reuse)
@@ -527,15 +546,20 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     rt = mt.arange(0, BT)
     cols = vb * BV + mt.arange(0, BV)
     if TRANSITION:
-        state = (rk[:, None] == cols[None, :]).to(mt.float32)
+        state = _oriented((rk[:, None] == cols[None, :]).to(mt.float32), TRANSPOSED)
         u_cols = mt.where(cols >= K, cols - K, 0)
         u_on = cols >= K
     else:
         u_cols = cols
         u_on = cols < V
         if HAS_H0:
-            state = mt.load(h0_ptr + p.to(mt.int64) * h0_sn + h * h0_sh + rk[:, None] * h0_sk
-                            + cols[None, :] * h0_sv)
+            h0_at = p.to(mt.int64) * h0_sn + h * h0_sh
+            if TRANSPOSED:
+                state = mt.load(h0_ptr + h0_at + cols[:, None] * h0_sv + rk[None, :] * h0_sk)
+            else:
+                state = mt.load(h0_ptr + h0_at + rk[:, None] * h0_sk + cols[None, :] * h0_sv)
+        elif TRANSPOSED:
+            state = mt.zeros((BV, K), mt.float32)
         else:
             state = mt.zeros((K, BV), mt.float32)
     u_col0 = vb * BV  # first u column of this block (transition: negative on the M columns, which read no u)
@@ -569,14 +593,21 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
             w_ptrs += BT * H * K
         else:
             w = mt.load(w_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
-        kg_t = mt.load(kg_ptr + base * K + (rt_h[None, :] * K + rk[:, None]), mask=valid[None, :], other=0.0)
-        u = mt.load(u_ptr + base * V + (rt_h[:, None] * V + u_cols[None, :]), mask=valid[:, None] & u_on[None, :],
-                    other=0.0).to(mt.float32)
         chunk = chunk0 + (t0 - start) // BT
         decay = mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk)
         state_lo = state.to(mt.bfloat16)
-        v_new = u - mt.dot(w, state_lo)
-        v_lo = v_new.to(mt.bfloat16)
+        if TRANSPOSED:
+            kg = mt.load(kg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
+            u_t = mt.load(u_ptr + base * V + (rt_h[None, :] * V + u_cols[:, None]),
+                          mask=valid[None, :] & u_on[:, None], other=0.0).to(mt.float32)
+            v_t = u_t - mt.dot(state_lo, mt.trans(w))
+            v_t_lo = v_t.to(mt.bfloat16)
+        else:
+            kg_t = mt.load(kg_ptr + base * K + (rt_h[None, :] * K + rk[:, None]), mask=valid[None, :], other=0.0)
+            u = mt.load(u_ptr + base * V + (rt_h[:, None] * V + u_cols[None, :]),
+                        mask=valid[:, None] & u_on[None, :], other=0.0).to(mt.float32)
+            v_new = u - mt.dot(w, state_lo)
+            v_lo = v_new.to(mt.bfloat16)
         if not TRANSITION:
             if CARRIED:
                 qg = mt.load(qg_ptrs, mask=valid[:, None], other=0.0)
@@ -587,18 +618,29 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                 qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
                 aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None],
                               other=0.0)
-            o = mt.dot(aqk, v_lo, mt.dot(qg, state_lo))
-            mt.store(o_ptr + base * V + (rt_h[:, None] * V + cols[None, :]), o, mask=valid[:, None])
-        if STATE_PRECISION == "tf32":  # v_new keeps 11 bits instead of 8 in the state it accumulates into
+            if TRANSPOSED:
+                o_t = mt.dot(v_t_lo, mt.trans(aqk), mt.dot(state_lo, mt.trans(qg)))
+                mt.store(o_ptr + base * V + (rt_h[None, :] * V + cols[:, None]), o_t, mask=valid[None, :])
+            else:
+                o = mt.dot(aqk, v_lo, mt.dot(qg, state_lo))
+                mt.store(o_ptr + base * V + (rt_h[:, None] * V + cols[None, :]), o, mask=valid[:, None])
+        if TRANSPOSED:
+            if STATE_PRECISION == "tf32":
+                state = state * decay[None, :] + mt.dot(v_t, kg.to(mt.float32), input_precision="tf32")
+            else:
+                state = state * decay[None, :] + mt.dot(v_t_lo, kg)
+        elif STATE_PRECISION == "tf32":  # v_new keeps 11 bits instead of 8 in the state it accumulates into
             state = state * decay[:, None] + mt.dot(kg_t.to(mt.float32), v_new, input_precision="tf32")
         else:
             state = state * decay[:, None] + mt.dot(kg_t, v_lo)
+    at_kv = rk[:, None] * ht_sk + cols[None, :] * ht_sv  # the [K, BV] block's offsets (transposed: [BV, K])
+    if TRANSPOSED:
+        at_kv = cols[:, None] * ht_sv + rk[None, :] * ht_sk
     if TRANSITION:
-        mt.store(ht_ptr + p.to(mt.int64) * ht_sn + h * ht_sh + rk[:, None] * ht_sk + cols[None, :] * ht_sv, state)
+        mt.store(ht_ptr + p.to(mt.int64) * ht_sn + h * ht_sh + at_kv, state)
     elif STORE_HT:
         if slot >= 0:
-            mt.store(ht_ptr + slot.to(mt.int64) * ht_sn + h * ht_sh + rk[:, None] * ht_sk + cols[None, :] * ht_sv,
-                     state)
+            mt.store(ht_ptr + slot.to(mt.int64) * ht_sn + h * ht_sh + at_kv, state)
 
 
 @mt.kernel(min_blocks_per_sm=1)
@@ -894,6 +936,7 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         H, *h0_strides, *ht_strides), K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
         STORE_HT=ht is not None, STATE_PRECISION=STATE_PRECISION, CARRIED=RECURRENCE_CARRIED,
         PREFETCH=RECURRENCE_PREFETCH, LINES_K=_lines(K), LINES_V=_lines(bv), LINES_T=_lines(CHUNK),
+        TRANSPOSED=RECURRENCE_TRANSPOSED,
         num_warps=recurrence_warps(programs, _num_sms(segments.device)))
 
 

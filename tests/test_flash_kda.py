@@ -198,6 +198,23 @@ def test_context_parallel_segments(interpret, state_v_first):
     assert kda_ref.relative_error(o, o_cp) <= 1e-3
 
 
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_transposed_recurrence(interpret, monkeypatch, state_v_first):
+    """RECURRENCE_TRANSPOSED (the state held as S^T, the A operand of its products in place): against the float64
+    reference, and the same answer as the untransposed recurrence, with context-parallel transitions (the
+    augmented [M | E] state transposed too) and varlen with an initial state."""
+    cu = torch.tensor([0, 150, 170, 300])
+    x = make_inputs(1, 300, 2, 16, 32, seed=12, n_states=3, state_v_first=state_v_first)
+    o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
+                               context_parallel=True, cp_segment_len=64)
+    monkeypatch.setattr(flash_kda, "RECURRENCE_TRANSPOSED", True)
+    check(x, cu_seqlens=cu, state_v_first=state_v_first, context_parallel=True, cp_segment_len=64)
+    o_t, s_t = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
+                                   context_parallel=True, cp_segment_len=64)
+    assert kda_ref.relative_error(s, s_t) <= 1e-6
+    assert kda_ref.relative_error(o, o_t) <= 1e-6
+
+
 def test_context_parallel_without_initial_state(interpret):
     check(make_inputs(1, 190, 1, 16, 16, seed=9, init=False), context_parallel=True)
 
@@ -328,6 +345,16 @@ def test_gpu_matches_reference(T, H, init):
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("context_parallel", [False, True])
+def test_gpu_transposed_recurrence(monkeypatch, context_parallel):
+    """RECURRENCE_TRANSPOSED on the H200 (K = V = 128, T = 1000 H = 4, an initial state; with and without the
+    context-parallel transitions): the oracle's bounds."""
+    monkeypatch.setattr(flash_kda, "RECURRENCE_TRANSPOSED", True)
+    check(make_inputs(1, 1000, 4, 128, 128, seed=5, init=True, device="cuda"), context_parallel=context_parallel)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("context_parallel", [False, True])
 def test_gpu_varlen(context_parallel):
     cu = torch.tensor([0, 1, 64, 1000, 5000, 8192], device="cuda")
     x = make_inputs(1, 8192, 4, 128, 128, seed=13, n_states=5, device="cuda", state_v_first=True)
@@ -358,6 +385,7 @@ def test_gpu_matches_fla(T, H):
     (32, 16, 16, 40, False, "carried"),   # small tiles: the rings fit static shared memory
     (64, 64, 32, 130, True, "carried"),   # 24 KB a stage: the rings go to dynamic shared memory; a ragged last chunk
     (64, 64, 32, 130, False, "prefetch"),  # the next chunk's lines prefetched; its masks stop at the ragged end
+    (64, 64, 64, 130, False, "transposed"),  # the state held as S^T [64, 64] on warps [4, 1]: A of its products
 ])
 def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPatch, k_dim: int, bt: int, bv: int,
                                                     tokens: int, dynamic: bool, mode: str) -> None:
@@ -388,7 +416,8 @@ def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPa
     args += [H, *strides, *strides]
     const = dict(K=k_dim, V=k_dim, BT=bt, BV=bv, TRANSITION=False, HAS_H0=True, STORE_HT=True,
                  STATE_PRECISION="tf32", CARRIED=mode == "carried", PREFETCH=mode == "prefetch",
-                 LINES_K=flash_kda._lines(k_dim), LINES_V=flash_kda._lines(bv), LINES_T=flash_kda._lines(bt))
+                 LINES_K=flash_kda._lines(k_dim), LINES_V=flash_kda._lines(bv), LINES_T=flash_kda._lines(bt),
+                 TRANSPOSED=mode == "transposed")
     programs = k_dim // bv * H
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
     want = clone_args(args)
@@ -399,9 +428,12 @@ def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPa
              for n, a in zip(kernel.runtime_params, args)}
     compiled = compiler.compile_kernel(kernel.fn, types, const, num_warps=warps, num_stages=3, target="ptx",
                                        divisibility={n: 16 for n, a in zip(kernel.runtime_params, args)
-                                                     if isinstance(a, torch.Tensor)})
+                                                     if isinstance(a, torch.Tensor)}, keep_ir=True)
     if mode == "prefetch":
         assert compiled.ptx.count("prefetch.global.L1") == 5 and "cp.async" not in compiled.ptx
+    elif mode == "transposed":  # S^T renamed into the A operands: the only staged tiles are w, qg, Aqk and kg
+        lowered = list(compiled.ir.values())[-1]
+        assert "kPairs = 1" in lowered and "cp.async" not in compiled.ptx
     else:
         assert compiled.ptx.count("cp.async.cg") > 0
     assert (compiled.metadata.get("dynamic_shared") or 0) > 0 if dynamic else not compiled.metadata.get("dynamic_shared")
