@@ -1,6 +1,7 @@
 """FlashKDA's phase-1 variants (flash_kda.INTRA_VARIANTS: sliced, chunk64, sub16) side by side, in one GPU run.
 
     python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
+                                       [--transposed=yes]
                                                           [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
@@ -80,12 +81,13 @@ def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.
 
 
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
-        variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False) -> None:
+        variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False,
+        transposed: bool = False) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
     defaults = flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK, flash_kda.RECURRENCE_CARRIED, \
-        flash_kda.RECURRENCE_PREFETCH
+        flash_kda.RECURRENCE_PREFETCH, flash_kda.RECURRENCE_TRANSPOSED
     failed: dict[str, str] = {}
     for variant in variants:
         err = oracle_check(variant)
@@ -113,8 +115,11 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         if prefetch:  # phase 2 prefetches the next chunk's operand lines into L1 (flash_kda.RECURRENCE_PREFETCH)
             flash_kda.RECURRENCE_PREFETCH = True
             time_against_sub16(f"B={B} T={T} H={H} sliced, prefetched recurrence", p, base)
+        if transposed:  # phase 2 holds its state transposed, in place as its products' A operand
+            flash_kda.RECURRENCE_TRANSPOSED = True
+            time_against_sub16(f"B={B} T={T} H={H} sliced, transposed recurrence", p, base)
         (flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK, flash_kda.RECURRENCE_CARRIED,
-         flash_kda.RECURRENCE_PREFETCH) = defaults
+         flash_kda.RECURRENCE_PREFETCH, flash_kda.RECURRENCE_TRANSPOSED) = defaults
         try:
             rows = kernel_times(bench.fla(p))
             print(f"B={B} T={T} H={H} fla     : {sum(t for _, t in rows):9.1f} us  "
@@ -179,14 +184,15 @@ def main() -> None:
     if args == ["--static"]:
         static()
         return
-    options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no"}
+    options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no",
+               "--transposed": "no"}
     while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
         options[name] = value
     blocks = tuple(int(b) for b in options["--state-blocks"].split(",") if b)
     variants = tuple(v for v in options["--variants"].split(",") if v in PHASE1)
     gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES, blocks, variants,  # type: ignore[misc]
-        options["--carried"] != "no", options["--prefetch"] != "no")
+        options["--carried"] != "no", options["--prefetch"] != "no", options["--transposed"] != "no")
 
 
 if __name__ == "__main__":
