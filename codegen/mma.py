@@ -148,13 +148,18 @@ def lower_to_dot_operand(ctx: KernelContext, op: Operation) -> None:
     k_dim = 1 if op_idx == 0 else 0
     # ldmatrix transposes 16-bit elements only: tf32 operands are always stored K-contiguous
     contiguous = staging_dim(src, k_dim, t.bytes) if k_width == 2 else k_dim
-    if k_width == 1 and dst_v not in _split_operands(ctx):
+    rounded = k_width == 1 and dst_v not in _split_operands(ctx)
+    if rounded:
         # round each element to tf32 once, as its owner stages it, not in every warp that loads it (a tf32x3 dot
         # splits the whole f32 value in lower_dot instead)
         regs = [_round_tf32(ctx, r) for r in regs]
     if k_pairs(enc):
         pitch, base = stage_padded(ctx, regs, src, contiguous, t.bytes, pad=pair_pad(src.shape[k_dim]))
-        ctx.bind(dst_v, _load_pairs(ctx, dst, enc, pitch, base))
+        words = _load_pairs(ctx, dst, enc, pitch, base)
+        if rounded:  # loaded as staged: tf32 words the mma takes as they are
+            for w in words:
+                ctx._cache[("tf32_word", w)] = w
+        ctx.bind(dst_v, words)
         return
     pitch, base = stage_padded(ctx, regs, src, contiguous, t.bytes)
     trans = contiguous != k_dim
@@ -203,9 +208,9 @@ def staging_dim(tmap: ThreadMap, k_dim: int, elem_bytes: int = 2) -> int:
 def stage_padded(ctx: KernelContext, regs: list[str], tmap: ThreadMap, contiguous: int, elem_bytes: int = 2,
                  pad: int | None = None) -> tuple[int, int]:
     """Write a 2-D tile of 16- or 32-bit elements to shared memory with dim `contiguous` contiguous and rows padded
-    by 16 bytes (`pad` elements when given); returns (the row pitch in elements, the byte offset of the tile in the scratch buffer). Ends with
-    the barrier that makes it readable; a staging right after another exchange writes the other scratch region and
-    needs no barrier before its writes (KernelContext.scratch_for_exchange)."""
+    by 16 bytes (`pad` elements when given); returns (the row pitch in elements, the byte offset of the tile in the
+    scratch buffer). Ends with the barrier that makes it readable; a staging right after another exchange writes
+    the other scratch region and needs no barrier before its writes (KernelContext.scratch_for_exchange)."""
     rows, cols = tmap.shape[1 - contiguous], tmap.shape[contiguous]
     pitch = cols + (PAD_BYTES // elem_bytes if pad is None else pad)
     strides = [0, 0]
@@ -394,8 +399,9 @@ def _load_pairs(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int,  # type: i
 
 
 def _ld_shared_v2(ctx: KernelContext, addr: str) -> tuple[str, str]:
-    lo, hi = ctx.new("f32"), ctx.new("f32")
-    ctx.emit(f"ld.shared.v2.f32 {{{lo}, {hi}}}, [{addr}];")
+    """Two adjacent 32-bit words, as .b32 registers (what mma.sync takes; f32 instructions accept them too)."""
+    lo, hi = ctx.new("b32"), ctx.new("b32")
+    ctx.emit(f"ld.shared.v2.b32 {{{lo}, {hi}}}, [{addr}];")
     return lo, hi
 
 
@@ -424,6 +430,7 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
         for rep_n in range(n // (8 * wn)):
             c_idx = c_registers(c_map, wm, wn, rep_m, rep_n)
             acc = [c_regs[i] for i in c_idx]
+            d = [ctx.new("f32") for _ in range(4)]  # the block's products accumulate in place in these
             for kk in range(k // (8 * k_width)):
                 if (rep_m, kk) not in a_words:
                     a_words[(rep_m, kk)] = words(ctx, [a_regs[i] for i in a_registers(a_map, wm, rep_m, kk, k_width,
@@ -433,7 +440,6 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
                                                                                        pairs)])
                 terms = ([(1, 0), (0, 1), (0, 0)] if split else [(0, 0)])  # (a part, b part): 0 hi, 1 lo
                 for pa, pb in terms:
-                    d = [ctx.new("f32") for _ in range(4)]
                     ctx.emit(f"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, "
                              f"{{{', '.join(a_words[(rep_m, kk)][pa])}}}, {{{', '.join(b_words[(rep_n, kk)][pb])}}}, "
                              f"{{{', '.join(acc)}}};")

@@ -553,11 +553,12 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         u_cols = cols
         u_on = cols < V
         if HAS_H0:
-            h0_at = p.to(mt.int64) * h0_sn + h * h0_sh
             if TRANSPOSED:
-                state = mt.load(h0_ptr + h0_at + cols[:, None] * h0_sv + rk[None, :] * h0_sk)
+                state = mt.load(h0_ptr + p.to(mt.int64) * h0_sn + h * h0_sh + cols[:, None] * h0_sv
+                                + rk[None, :] * h0_sk)
             else:
-                state = mt.load(h0_ptr + h0_at + rk[:, None] * h0_sk + cols[None, :] * h0_sv)
+                state = mt.load(h0_ptr + p.to(mt.int64) * h0_sn + h * h0_sh + rk[:, None] * h0_sk
+                                + cols[None, :] * h0_sv)
         elif TRANSPOSED:
             state = mt.zeros((BV, K), mt.float32)
         else:
@@ -593,19 +594,21 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
             w_ptrs += BT * H * K
         else:
             w = mt.load(w_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
-        chunk = chunk0 + (t0 - start) // BT
-        decay = mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk)
-        state_lo = state.to(mt.bfloat16)
         if TRANSPOSED:
             kg = mt.load(kg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
             u_t = mt.load(u_ptr + base * V + (rt_h[None, :] * V + u_cols[:, None]),
                           mask=valid[None, :] & u_on[:, None], other=0.0).to(mt.float32)
-            v_t = u_t - mt.dot(state_lo, mt.trans(w))
-            v_t_lo = v_t.to(mt.bfloat16)
         else:
             kg_t = mt.load(kg_ptr + base * K + (rt_h[None, :] * K + rk[:, None]), mask=valid[None, :], other=0.0)
             u = mt.load(u_ptr + base * V + (rt_h[:, None] * V + u_cols[None, :]),
                         mask=valid[:, None] & u_on[None, :], other=0.0).to(mt.float32)
+        chunk = chunk0 + (t0 - start) // BT
+        decay = mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk)
+        state_lo = state.to(mt.bfloat16)
+        if TRANSPOSED:
+            v_t = u_t - mt.dot(state_lo, mt.trans(w))
+            v_t_lo = v_t.to(mt.bfloat16)
+        else:
             v_new = u - mt.dot(w, state_lo)
             v_lo = v_new.to(mt.bfloat16)
         if not TRANSITION:
@@ -633,14 +636,19 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
             state = state * decay[:, None] + mt.dot(kg_t.to(mt.float32), v_new, input_precision="tf32")
         else:
             state = state * decay[:, None] + mt.dot(kg_t, v_lo)
-    at_kv = rk[:, None] * ht_sk + cols[None, :] * ht_sv  # the [K, BV] block's offsets (transposed: [BV, K])
     if TRANSPOSED:
-        at_kv = cols[:, None] * ht_sv + rk[None, :] * ht_sk
-    if TRANSITION:
-        mt.store(ht_ptr + p.to(mt.int64) * ht_sn + h * ht_sh + at_kv, state)
+        at_kv = cols[:, None] * ht_sv + rk[None, :] * ht_sk  # the block's offsets in ht, as the state is held
+        if TRANSITION:
+            mt.store(ht_ptr + p.to(mt.int64) * ht_sn + h * ht_sh + at_kv, state)
+        elif STORE_HT:
+            if slot >= 0:
+                mt.store(ht_ptr + slot.to(mt.int64) * ht_sn + h * ht_sh + at_kv, state)
+    elif TRANSITION:
+        mt.store(ht_ptr + p.to(mt.int64) * ht_sn + h * ht_sh + rk[:, None] * ht_sk + cols[None, :] * ht_sv, state)
     elif STORE_HT:
         if slot >= 0:
-            mt.store(ht_ptr + slot.to(mt.int64) * ht_sn + h * ht_sh + at_kv, state)
+            mt.store(ht_ptr + slot.to(mt.int64) * ht_sn + h * ht_sh + rk[:, None] * ht_sk + cols[None, :] * ht_sv,
+                     state)
 
 
 @mt.kernel(min_blocks_per_sm=1)

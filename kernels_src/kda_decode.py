@@ -935,14 +935,20 @@ def _chunk_deltas_t(S, kp, vv, beta, tinv, PRECISION: mt.constexpr):
 
 
 @mt.func
+def _replay_update(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, PRECISION: mt.constexpr):
+    """The state [VH, K] after the replayed chunk: decayed, plus the rank-R update of its deltas."""
+    return S * decay_r[None, :] + mt.dot(_chunk_deltas_t(S, kp_r, vv_r, beta_r, tinv_r, PRECISION), kend_r,
+                                         input_precision=PRECISION)
+
+
+@mt.func
 def _state_half(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, kp, vv, beta, tinv, qp, bmat_t, first_decay,
                 k_first, PRECISION: mt.constexpr):
     """Rows of the state [VH, K] through the step: the replay chunk, then the new-token chunk's outputs [VH, TN]
     and the committed rows (after the first new token). Every row of the state evolves on its own. With the
     state in the mma accumulator's layout and PRECISION "tf32x3" every product here is on tensor cores, S and
     the products derived from it their A operands by register renaming (mma_layouts.py, kPairs)."""
-    S = S * decay_r[None, :] + mt.dot(_chunk_deltas_t(S, kp_r, vv_r, beta_r, tinv_r, PRECISION), kend_r,
-                                      input_precision=PRECISION)
+    S = _replay_update(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, PRECISION)
     d_t = _chunk_deltas_t(S, kp, vv, beta, tinv, PRECISION)
     o_t = mt.dot(S, mt.trans(qp), input_precision=PRECISION) + mt.dot(d_t, bmat_t, input_precision=PRECISION)
     return o_t, S * first_decay[None, :] + _row0(mt.trans(d_t))[:, None] * k_first[None, :]
@@ -953,8 +959,7 @@ def _state_whole(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, kp, vv, beta, t
                  k_first, PRECISION: mt.constexpr):
     """_state_half for the whole state on tensor cores: the new chunk's two products with the state, S k^T and
     S q^T, as one [V, K] x [K, 2 TN] product (the state's A fragments split into tf32 parts once, not twice)."""
-    S = S * decay_r[None, :] + mt.dot(_chunk_deltas_t(S, kp_r, vv_r, beta_r, tinv_r, PRECISION), kend_r,
-                                      input_precision=PRECISION)
+    S = _replay_update(S, kp_r, vv_r, beta_r, tinv_r, decay_r, kend_r, PRECISION)
     tn = kp.shape[0]
     both = mt.dot(S, mt.trans(mt.cat([kp, qp], 0)), input_precision=PRECISION)
     rhs = (mt.trans(vv) - both[:, 0:tn]) * beta[None, :]
@@ -1625,8 +1630,9 @@ VARIANTS: dict[str, Variant] = {
     # and 24 B of spills (one program per SM), or capped at 128 for two per SM (244 B of spills)
     "chunked": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8),
     "chunked_2cta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel_2cta", 8),
-    # the chunked kernel on tensor cores (2026-12-02; not yet timed): the whole state in an mma.sync accumulator's
-    # layout, its products tf32x3 mma.sync with the state as A operand in place (kPairs); chunks of >= 8 rows.
+    # the chunked kernel on tensor cores (2026-12-02): the whole state in an mma.sync accumulator's layout, its
+    # products tf32x3 mma.sync with the state as A operand in place (kPairs); chunks of >= 8 rows. Measured
+    # 911.4 us at B256 H12 k7a7 (the loop kernel 439.6): correct, latency bound at one program per SM.
     # chunked_tc1: plain tf32 (one product per K step, ~1e-3 relative error per product), to price the split
     "chunked_tc": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8, tensor_cores="tf32x3"),
     "chunked_tc1": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_chunked_kernel", 8, tensor_cores="tf32"),
@@ -1835,13 +1841,13 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
                             ONE_RUN=staged_one_run(cache.max_drafts, t, weights.lower_bound), num_warps=num_warps,
                             **_staged_options(chosen, th, staged_row_floats(kd, vd), 2 * kd + vd))
     elif kernel_name.startswith("kda_decode_chunked") and _chunks_fit(cache.max_drafts, t, weights.lower_bound):
+        tr, tn = _pow2_at_least(cache.max_drafts), _pow2_at_least(t)
         tc = {}
-        rows = 1
         if chosen.tensor_cores:  # mma.sync tiles N in blocks of 8: chunks of at least 8 rows (the rest masked)
-            tc, rows = dict(WHOLE=True, WARPS=num_warps, PRECISION=chosen.tensor_cores), 8
-        tr, tn = max(rows, _pow2_at_least(cache.max_drafts)), max(rows, _pow2_at_least(t))
-        if chosen.tensor_cores:  # the unit-lower inverse needs log2(rows) - 1 doublings (3 cover 16 rows)
-            tc.update(DR=max(tr.bit_length() - 2, 0), DN=max(tn.bit_length() - 2, 0))
+            tr, tn = max(8, tr), max(8, tn)
+            # the unit-lower inverse of R rows needs log2(R) - 1 doublings (the default 3 covers 16)
+            tc = dict(WHOLE=True, WARPS=num_warps, PRECISION=chosen.tensor_cores, DR=tr.bit_length() - 2,
+                      DN=tn.bit_length() - 2)
         kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, TR=tr, TN=tn,
                          num_warps=num_warps, **tc)
     else:

@@ -1,8 +1,8 @@
 """Pass "dot-lowering": puts each mt.dot that tensor cores can compute on them, and records the choice in the IR.
 
-Runs after "tiling". For every mt.dot whose a and b are f16 or bf16 (or f32 with input_precision "tf32" or "tf32x3":
-mma.sync m16n8k8 on tf32, kWidth 1; tf32x3 issues three per step, codegen/mma.py), it picks (func attr `dot_instruction`: "auto", the default, or "wgmma" / "mma" / "fma"
-to force one where it applies):
+Runs after "tiling". For every mt.dot whose a and b are f16 or bf16 (or f32 with input_precision "tf32" or
+"tf32x3": mma.sync m16n8k8 on tf32, kWidth 1; tf32x3 issues three per step, codegen/mma.py), it picks (func attr
+`dot_instruction`: "auto", the default, or "wgmma" / "mma" / "fma" to force one where it applies):
 
   wgmma.mma_async m64nNk16  num_warps a multiple of 4, M a multiple of 16 * num_warps (64 rows per warpgroup and
                             instruction), N a multiple of 8, K of 16, a and b together within the shared-memory
@@ -37,9 +37,10 @@ values, elementwise ops and reductions (`#mt.slice` of it) until it meets a load
 `mt.convert_layout` appears (the epilogue). The IR's earlier convert_layouts and encodings are dropped first,
 and unused ops (index math the first solve had recomputed in other layouts) are removed at the end (dce).
 
-A tf32 dot whose A operand then sits in the accumulator's thread map (an earlier dot's result, or a tile loaded
-in that blocked layout) takes both operands in kPairs order (`with_k_pairs`): A becomes a register renaming, so a
-recurrent state held as an accumulator is the next product's A operand without a pass through shared memory.
+A tf32 dot takes both operands in kPairs order (`with_k_pairs`) when that makes more of them register renamings of
+the tiles the solve gave them: an A in an accumulator's thread map (an earlier dot's result, or a tile loaded in
+that blocked layout), or a B that is a transposed accumulator. So a recurrent state held as an accumulator is the
+next product's operand without a pass through shared memory.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ from dataclasses import dataclass
 from minitriton.ir.layouts import blocked, default_layout, identity, register_permutation, thread_map
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
-from minitriton.ir.mma_layouts import (dot_operand_layout, dot_operand_thread_map, mma_layout, shared_layout,
+from minitriton.ir.mma_layouts import (dot_operand_layout, dot_operand_thread_map, is_accumulator_blocked, mma_layout,
+                                      shared_layout,
                                       tiles_accumulator, warps_of)
 from minitriton.errors import CompilationError
 from minitriton.ir.partitions import warps_of_ops
@@ -293,7 +295,7 @@ def a_in_accumulator_layout(op: Operation) -> bool:
             return True
         if producer.name == "mt.load":
             enc = producer.attrs.get("layout")
-            return enc is not None and enc == blocked([1, 2], [8, 4], [enc.get("warpsPerCTA")[0], 1], [1, 0])
+            return enc is not None and is_accumulator_blocked(enc)
         same = [o for o in producer.operands if isinstance(o.type, TensorType) and tuple(o.type.shape) == shape]
         if producer.name in ("mt.convert_layout", "mt.reshape", "mt.trans") or not same:
             return False

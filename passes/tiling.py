@@ -44,7 +44,7 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    lands on the small side). Nodes no flood reaches get the default layout (one element per thread, last dim
    fastest; a reduce from its operand's side, an expand_dims from its result's). A scalar stays a scalar.
    A flood is refused where it would give a 2-D tile without a size-1 dim copies in several warps through an mma
-   accumulator layout, or through that accumulator's blocked form ([1, 2] / [8, 4] / [W, 1], the layout a state
+   accumulator layout, or through that accumulator's blocked form ([1, 2] / [8, 4] / [W, 1], `is_accumulator_blocked`, the layout a state
    is loaded in to be an accumulator or an A operand without conversion; `_copies_in_warps`): a few token rows
    next to a [128, 128] state would otherwise be computed 8 times over; their own anchors decide them instead
    (docs/layouts.md, "Tensor-core neighbours"). Explicit `layout=` loads and stores keep their attr, so
@@ -75,6 +75,7 @@ from minitriton.ir.core import insert_after_definition
 from minitriton.ir.layouts import (WARP_SIZE, blocked, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
                                    is_slice, layouts_equivalent, permute_layout, slice_of, split_layout, subtile_layout,
                                    thread_map, vector_groups)
+from minitriton.ir.mma_layouts import is_accumulator_blocked
 from minitriton.ir.ops import CACHE_LINE_BYTES, OPS
 from minitriton.ir.types import LayoutAttr, PointerType, TensorType, layout
 
@@ -148,14 +149,6 @@ def _is_ring(v: Value) -> bool:
 
 
 Config = tuple[dict[Value, LayoutAttr], dict[Slot, "LayoutAttr | None"]]
-
-
-def _accumulator_form(enc: LayoutAttr) -> bool:
-    """Whether `enc` is the blocked layout of an mma.sync accumulator on warps [W, 1] (mma_layouts.py): what a
-    tile is loaded or stored in to be an accumulator, or an A operand by renaming, without conversion."""
-    return (enc.kind == "blocked" and tuple(enc.get("sizePerThread")) == (1, 2)
-            and tuple(enc.get("threadsPerWarp")) == (8, 4) and tuple(enc.get("order")) == (1, 0)
-            and enc.get("warpsPerCTA")[1] == 1)
 
 
 def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: LayoutAttr) -> Config | None:
@@ -350,24 +343,25 @@ class _Solver:
     def _copies_in_warps(self, node: _Node, config: Config) -> bool:
         """Whether `config` lays out a 2-D tile without a size-1 dim so that several warps hold copies of it: an
         mma layout over a tile it does not tile (8 token rows against an accumulator on 8 warps of 8 rows each),
-        or the blocked layout of an mma accumulator (a state loaded in it, `_accumulator_form`) over a tile large
-        enough to give every thread its own elements. Other blocked layouts flood as before: a kernel may want
-        copies in every warp (a K vector per warp, kda_decode's staged kernel). Such a flood is refused: the tile (a chunk's [8, 128] token rows next to a [128, 128] state) is
-        laid out from its own anchors instead of every warp computing all of it in 8x the registers, and a
-        conversion appears where it meets the other side. Broadcast operands ([1, N]) and 1-D slices keep the
-        flood's layout (their copies are the point)."""
+        or the blocked layout of an mma accumulator (a state loaded in it, `is_accumulator_blocked`) over a tile
+        large enough to give every thread its own elements. Such a flood is refused: the tile (a chunk's [8, 128]
+        token rows next to a [128, 128] state) is laid out from its own anchors instead of every warp computing
+        all of it in 8x the registers, and a conversion appears where it meets the other side. Other blocked
+        layouts flood as before (a kernel may want a K vector copied into every warp: kda_decode's staged
+        kernel); broadcast operands ([1, N]) and 1-D slices keep the flood's layout (their copies are the
+        point)."""
         defs, uses = config
         values = [(v, enc) for v, enc in defs.items()] + [(s[0].operands[s[1]], enc) for s, enc in uses.items()]
         for v, enc in values:
-            if enc is None or not isinstance(v.type, TensorType) or not (enc.kind == "mma" or _accumulator_form(enc)):
+            if enc is None or not isinstance(v.type, TensorType) or len(v.type.shape) != 2:
                 continue
-            shape = v.type.shape
-            numel = shape[0] * shape[1] if len(shape) == 2 else 0
-            small = numel < WARP_SIZE * self.op_warps[node.op]  # copies in any blocked layout
-            if len(shape) != 2 or min(shape) == 1 or (enc.kind == "blocked" and small):
+            rows, cols = v.type.shape
+            if min(rows, cols) == 1:
                 continue
-            if any(d.distinct_warps < d.wpc for d in thread_map(enc, shape).dims):
-                return True
+            spread = rows * cols >= WARP_SIZE * self.op_warps[node.op]  # else copies in any blocked layout
+            if enc.kind == "mma" or (spread and is_accumulator_blocked(enc)):
+                if any(d.distinct_warps < d.wpc for d in thread_map(enc, v.type.shape).dims):
+                    return True
         return False
 
     def _decide_coalesced(self, node: _Node) -> None:

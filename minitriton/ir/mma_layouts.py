@@ -129,11 +129,6 @@ def k_pairs(enc: LayoutAttr) -> bool:
     return bool(enc.get("kPairs"))
 
 
-def fragment_k(enc: LayoutAttr, col: int) -> int:
-    """The tile K column (within one K step) that fragment K column `col` of an operand in layout `enc` holds."""
-    return tf32_a_column(col) if k_pairs(enc) else col
-
-
 def check_shared(enc: LayoutAttr) -> None:
     order = list(enc.get("order", ()))
     if enc.get("swizzle") not in SWIZZLES or sorted(order) != list(range(len(order))):
@@ -146,6 +141,15 @@ def check_shared(enc: LayoutAttr) -> None:
 def accumulator_blocked(enc: LayoutAttr) -> LayoutAttr:
     """The blocked layout whose thread map an `#mt.mma` accumulator has (see the module docstring)."""
     return blocked([1, 2], [8, 4], enc.get("warpsPerCTA"), [1, 0])
+
+
+def is_accumulator_blocked(enc: LayoutAttr) -> bool:
+    """Whether a blocked layout is an mma.sync accumulator's (`accumulator_blocked` of warps [W, 1]): a tile loaded or
+    stored in it is an accumulator, or (kPairs) a tf32 A operand, without conversion."""
+    if enc.kind != "blocked":
+        return False
+    wm, wn = enc.get("warpsPerCTA")
+    return wn == 1 and enc == accumulator_blocked(mma_layout(2, [wm, 1], [16, 8]))
 
 
 def warps_of(enc: LayoutAttr) -> tuple[int, int]:
@@ -255,12 +259,3 @@ def transposed_accumulator_as_b(acc: LayoutAttr, shape: tuple[int, int], k_width
         return None
     return register_permutation(mma_thread_map(acc, shape), b_map, lambda c: (c[1], c[0]))
 
-
-def accumulator_as_k_pairs_a(acc: LayoutAttr, shape: tuple[int, int]) -> list[int] | None:
-    """accumulator_as_tf32_a stated as a layout: per register of the A operand in `#mt.dot_op<{opIdx = 0, kWidth =
-    1, kPairs = 1}>` (whose K columns are the tile's, in pair order), the accumulator register holding it; None as
-    there. This is the renaming codegen finds (a convert_layout mma -> dot_op kPairs costs nothing)."""
-    if acc.get("version") != 2 or warps_of(acc)[1] != 1 or not tiles_accumulator(acc, shape):
-        return None
-    a_map = dot_operand_thread_map(dot_operand_layout(0, acc, 1, k_pairs=True), shape)
-    return register_permutation(mma_thread_map(acc, shape), a_map, lambda c: c)
