@@ -3,7 +3,7 @@ cores (f32 inputs, shapes the mma instructions do not tile); `lower_dot` sends t
 (mma.sync) and codegen/wgmma.py (wgmma).
 
   1. a (M x K) and b (K x N), whatever their layouts, are written to shared memory as f32 (bf16 / f16 convert
-     exactly; input_precision "tf32" rounds f32 inputs with cvt.rna.tf32.f32): A row-major with rows padded by
+     exactly; input_precision "tf32" rounds f32 inputs with cvt.rn.tf32.f32): A row-major with rows padded by
      one element (lanes reading different rows hit different banks), B row-major. Owners write; `bar.sync`.
   2. Each thread owns the result elements of its layout (the accumulator's layout) and runs a k loop: load the
      A values of its distinct rows and the B values of its distinct columns, one `fma.rn.f32` per owned element.
@@ -18,6 +18,7 @@ from minitriton.ir.layouts import ThreadMap, log2
 
 from .context import KernelContext
 from .elementwise import upcast
+from .mma import emit_tf32_round
 
 UNROLL = 4
 
@@ -65,7 +66,7 @@ def _as_f32(ctx: KernelContext, regs: list[str], t, tf32: bool) -> list[str]:  #
             v = upcast(ctx, r, t)
             if tf32:  # round to 10 mantissa bits, and clear the 13 bits below them (the f32 the FMAs read)
                 rounded, cleared = ctx.new("b32"), ctx.new("b32")
-                ctx.emit(f"cvt.rna.tf32.f32 {rounded}, {v};")
+                emit_tf32_round(ctx, rounded, v)
                 ctx.emit(f"and.b32 {cleared}, {rounded}, 0xFFFFE000;")
                 v = cleared
             memo[r] = v

@@ -31,8 +31,8 @@ codegen/layout_moves.py like any blocked tile.
 tf32 (f32 operands, input_precision "tf32", kWidth 1): `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`, A 16 x 8
 (a0..a3 at (g + 8 * (j & 1), t + 4 * (j >> 1))), B 8 x 8 (b0, b1 at (t + 4 * j, g)); the operands are staged
 K-contiguous (ldmatrix transposes 16-bit elements only; a b16 8 x 8 matrix is 8 rows of 4 f32, so lane l still
-receives row l / 4, f32 column l % 4) and each element is rounded with `cvt.rna.tf32.f32` (as the interpreter
-rounds) before the mma: once per element by its owner before it is staged (a replicated operand, e.g. A of a
+receives row l / 4, f32 column l % 4) and each element is rounded with `TF32_ROUND` (`cvt.rn.tf32.f32`, to
+nearest even, as the interpreter rounds) before the mma: once per element by its owner before it is staged (a replicated operand, e.g. A of a
 [16, K] dot on warps [1, 8], is loaded by every warp but rounded once), or per fragment when the operand needed no
 shared memory (a register renaming).
 """
@@ -249,11 +249,21 @@ def _guard(pred: str | None) -> str:
     return f"@{pred} " if pred else ""
 
 
+# f32 -> tf32, to nearest even. sm_90's cvt.rn.tf32.f32 is one SASS instruction (F2FP); cvt.rna.tf32.f32 (ties
+# away, the only form sm_80 has) is four (tools/tf32_round_probe.py, H200, 2026-12-02). The interpreter's
+# round_tf32 rounds the same way, bit for bit (tests/test_tf32_staging.py, on the PTX simulator and the GPU).
+TF32_ROUND = "cvt.rn.tf32.f32"
+
+
+def emit_tf32_round(ctx: KernelContext, dst: str, src: str) -> None:
+    ctx.emit(f"{TF32_ROUND} {dst}, {src};")
+
+
 def _round_tf32(ctx: KernelContext, r: str) -> str:
-    """`r` rounded to tf32 (cvt.rna: nearest, ties away, as the interpreter rounds), in a b32 register that
-    `_words_tf32` then passes to the mma as is."""
+    """`r` rounded to tf32 (`TF32_ROUND`, as the interpreter rounds), in a b32 register that `_words_tf32` then
+    passes to the mma as is."""
     w = ctx.new("b32")
-    ctx.emit(f"cvt.rna.tf32.f32 {w}, {r};")
+    emit_tf32_round(ctx, w, r)
     ctx._cache[("tf32_word", w)] = w
     return w
 
@@ -455,7 +465,7 @@ def _words_16(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
 
 
 def _words_tf32(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
-    """A fragment's f32 elements rounded to tf32 (cvt.rna: nearest, ties away, as the interpreter rounds); elements
+    """A fragment's f32 elements rounded to tf32 (`TF32_ROUND`, as the interpreter rounds); elements
     that went through shared memory were rounded once when staged (`_round_tf32`) and are used as they are (only
     an operand that needed no data movement, a register renaming, is rounded here, per fragment)."""
     out = []
@@ -464,7 +474,7 @@ def _words_tf32(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
             out.append(e)
             continue
         r = ctx.new("b32")
-        ctx.emit(f"cvt.rna.tf32.f32 {r}, {e};")
+        emit_tf32_round(ctx, r, e)
         out.append(r)
     return [out]
 
@@ -473,7 +483,7 @@ def _words_split(ctx: KernelContext, elements: list[str]) -> list[list[str]]:
     """tf32x3: each f32 element x as hi = x with its low 13 mantissa bits cleared and lo = x - hi (exact in f32),
     which the mma reads as tf32 by ignoring lo's own low 13 bits: x = hi + lo to about 2^-21 relative, so that
     a_hi b_hi + a_hi b_lo + a_lo b_hi carries fp32-level products through tf32 tensor cores. Two instructions an
-    element (and.b32, sub.f32); cvt.rna.tf32.f32 is several on sm_90 and would round no better here."""
+    element (and.b32, sub.f32); a rounding cvt would add one and make the split no more exact."""
     hi, lo = [], []
     for e in elements:
         h, rest = ctx.new("b32"), ctx.new("b32")  # .b32: what mma takes; sub.f32 accepts bit-size registers

@@ -894,7 +894,12 @@ def _convert(x: np.ndarray, st: str, dt: str, rnd: str | None) -> np.ndarray:
             return (np.asarray(bf16_round(f32), np.float32).view(np.uint32) >> 16).astype(np.uint16)
         if dt == "tf32":
             bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-            rounded = ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32)  # to nearest, ties away from zero
+            if rnd == "rna":  # to nearest, ties away from zero
+                rounded = ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32)
+            elif rnd == "rn":  # to nearest, ties to even
+                rounded = ((bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).astype(np.uint32)
+            else:
+                raise SimError(f"cvt to tf32 with rounding {rnd!r} is not simulated")
             return np.where(np.isfinite(x), rounded, x.astype(np.float32).view(np.uint32))
         if dt.startswith("f") and st.startswith("f"):
             f = x.astype(np.float64)

@@ -533,7 +533,7 @@ def test_simulated_attention_matches_the_interpreter(instruction: str, gen: torc
     (32, 32, 32, bf16, False, False, 4, "fma", "fma.rn.f32"),  # the CUDA-core fallback, forced
     (16, 16, 16, bf16, False, False, 4, "auto", "fma.rn.f32"),  # ... and where the shape needs it
     (32, 32, 16, f32, False, False, 4, "auto", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),  # tf32
-    (64, 16, 32, f32, True, True, 2, "auto", "cvt.rna.tf32.f32"),  # tf32 operands stored against K
+    (64, 16, 32, f32, True, True, 2, "auto", "cvt.rn.tf32.f32"),  # tf32 operands stored against K
 ])
 def test_simulated_dots_match_the_interpreter(m: int, n: int, k: int, t: Any, a_t: bool, b_t: bool, warps: int,
                                               instruction: str, expect: str, gen: torch.Generator) -> None:

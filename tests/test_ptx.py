@@ -332,7 +332,7 @@ CASES: dict[str, Case] = {
                          {"M": 16, "N": 64, "K": 16, "PRECISION": "tf32"}, {"a_ptr": 16, "b_ptr": 16, "c_ptr": 16},
                          num_warps=2),
                      (1,), lambda g: [_randn(g, 16, 16), _randn(g, 16, 64), nan_like((16, 64), torch.float32)],
-                     [2], bound=1e-5, gpu_bound=1e-5, expect=[r"cvt\.rna\.tf32\.f32"]),
+                     [2], bound=1e-5, gpu_bound=1e-5, expect=[r"cvt\.rn\.tf32\.f32"]),
     "matmul_f32_kloop_gelu": _matmul_case(f32, torch.float32, (32, 32, 16), (40, 50, 70), "gelu"),
     "matmul_bf16_kloop": _matmul_case(bf16, torch.bfloat16, (32, 32, 32), (64, 40, 96), "none"),
     "while_if_for": Case(dsl(branchy, {"x_ptr": P(f32), "out_ptr": P(f32), "n": i32, "flag": i32}, {"BLOCK": 128},

@@ -14,7 +14,7 @@ variant and fla's chunk_kda on the same tensors. A variant that fails its check 
 
 --static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
 specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
-phase 1 has no loops, so static = dynamic), bar.sync, mma.sync, cvt.rna.tf32, and, when nvdisasm is on PATH, the
+phase 1 has no loops, so static = dynamic), bar.sync, mma.sync, cvt.rn.tf32 (tf32 roundings), and, when nvdisasm is on PATH, the
 SASS counts (total, HMMA, BAR, STL/LDL, MUFU) that docs/kernels/flash_kda.md's performance model takes.
 """
 from __future__ import annotations
@@ -159,7 +159,7 @@ def static_counts(kernel, K: int = 128, V: int = 128) -> dict[str, int]:  # type
     ptx = [ln for ln in lines if ln.endswith(";") and not ln.startswith((".", "//"))]
     out = dict(registers=meta["registers"], spill_stores=meta["spill_stores"], spill_loads=meta["spill_loads"],
                ptx=len(ptx), **{name: sum(1 for ln in ptx if key in ln) for name, key in (
-                   ("bar.sync", "bar.sync"), ("mma.sync", "mma.sync"), ("cvt.rna.tf32", "cvt.rna.tf32"))})
+                   ("bar.sync", "bar.sync"), ("mma.sync", "mma.sync"), ("cvt.rn.tf32", "cvt.rn.tf32"))})
     disasm = shutil.which("nvdisasm")
     if disasm and compiled.cubin:
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

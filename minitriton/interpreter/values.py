@@ -84,10 +84,12 @@ def f64_to_bf16(x: Any) -> Any:
 
 
 def round_tf32(x: np.ndarray) -> np.ndarray:
-    """float32 values rounded to tf32 (10 mantissa bits), nearest with ties away from zero (PTX cvt.rna.tf32.f32)."""
+    """float32 values rounded to tf32 (10 mantissa bits), to nearest with ties to even (PTX cvt.rn.tf32.f32, which
+    the compiled code uses): adding 0xFFF plus the kept part's lowest bit carries exactly when the 13 cut bits
+    are over half, or half with an odd kept part. Overflow rounds to infinity, as IEEE does; NaN and inf stay."""
     a = np.asarray(x, dtype=F32)
-    bits = a.view(np.uint32)
-    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(F32)
+    bits = a.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).astype(np.uint32).view(F32)
     return np.where(np.isfinite(a), rounded, a)
 
 
