@@ -32,9 +32,9 @@ tf32 (f32 operands, input_precision "tf32", kWidth 1): `mma.sync.aligned.m16n8k8
 (a0..a3 at (g + 8 * (j & 1), t + 4 * (j >> 1))), B 8 x 8 (b0, b1 at (t + 4 * j, g)); the operands are staged
 K-contiguous (ldmatrix transposes 16-bit elements only; a b16 8 x 8 matrix is 8 rows of 4 f32, so lane l still
 receives row l / 4, f32 column l % 4) and each element is rounded with `TF32_ROUND` (`cvt.rn.tf32.f32`, to
-nearest even, as the interpreter rounds) before the mma: once per element by its owner before it is staged (a replicated operand, e.g. A of a
-[16, K] dot on warps [1, 8], is loaded by every warp but rounded once), or per fragment when the operand needed no
-shared memory (a register renaming).
+nearest even, as the interpreter rounds) before the mma: once per element by its owner before it is staged (a
+replicated operand, e.g. A of a [16, K] dot on warps [1, 8], is loaded by every warp but rounded once), or per
+fragment when the operand needed no shared memory (a register renaming).
 """
 from __future__ import annotations
 

@@ -63,8 +63,9 @@ RECURRENCE_CARRIED = False
 # 2413.6 us at B1 T32768 H16 (-6%), errors unchanged.
 RECURRENCE_PREFETCH = True
 # Phase 2 with the state held transposed, S^T [BV, K], so that it is the A operand of its products by register
-# renaming and never staged through shared memory (kda_recurrence_kernel TRANSPOSED). Off: built 2026-12-02 after
-# the session's device time ran out; not yet timed (docs/kernels/flash_kda.md).
+# renaming and never staged through shared memory (kda_recurrence_kernel TRANSPOSED). Off: measured slower on the
+# H200 (2026-12-02 19:27 UTC, tools/flash_kda_variants.py --transposed=yes): the recurrence 500.7 -> 540.2 us at B1
+# T8192 H12, 2403.7 -> 2586.6 us at B1 T32768 H16 (docs/kernels/flash_kda.md).
 RECURRENCE_TRANSPOSED = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us

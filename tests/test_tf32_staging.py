@@ -87,7 +87,8 @@ def test_the_replay_detects_missing_rounding(gen: torch.Generator) -> None:
 
 def tie_heavy_values(gen: torch.Generator, shape: tuple[int, int]) -> torch.Tensor:
     """f32 values whose 13 cut bits are exactly half (ties, odd and even kept parts alike), a hair below or above
-    half, or random, with normal and subnormal exponents (none near overflow: the kernel's second dot scales them): where ties-to-even and ties-away differ."""
+    half, or random, with normal and subnormal exponents (none near overflow: the kernel's second dot scales them):
+    where ties-to-even and ties-away differ."""
     n = shape[0] * shape[1]
     sign = torch.randint(0, 2, (n,), generator=gen, dtype=torch.int64) << 31
     exponent = torch.randint(1, 220, (n,), generator=gen, dtype=torch.int64)

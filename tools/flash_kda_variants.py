@@ -14,7 +14,7 @@ variant and fla's chunk_kda on the same tensors. A variant that fails its check 
 
 --static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
 specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
-phase 1 has no loops, so static = dynamic), bar.sync, mma.sync, cvt.rn.tf32 (tf32 roundings), and, when nvdisasm is on PATH, the
+phase 1 has no loops, so static = dynamic), bar.sync, mma.sync, cvt.rn.tf32, and, when nvdisasm is on PATH, the
 SASS counts (total, HMMA, BAR, STL/LDL, MUFU) that docs/kernels/flash_kda.md's performance model takes.
 """
 from __future__ import annotations
@@ -64,18 +64,25 @@ def oracle_check(variant: str) -> str | None:
     return None
 
 
-def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.Tensor]) -> None:
+def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.Tensor],
+                       cp_segment_len: int | None = None) -> None:
     """Run ours as flash_kda's knobs now stand, check output and final state against the sub16 run `base`, then
-    print the per-kernel times (or why it was not timed)."""
+    print the per-kernel times (or why it was not timed). cp_segment_len: the context-parallel segment length
+    forced (None: chosen by chunk_kda)."""
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
-    o, s = bench.ours(p, None)()
+    def call():  # type: ignore[no-untyped-def]
+        return flash_kda.chunk_kda(p.q, p.k, p.v, p.g, p.beta, A_log=p.A_log, dt_bias=p.dt_bias,  # type: ignore
+                                   lower_bound=bench.LOWER_BOUND, output_final_state=True,
+                                   cp_segment_len=cp_segment_len)
+
+    o, s = call()
     o_err, s_err = kda_ref.relative_error(base[0], o), kda_ref.relative_error(base[1], s)
     if not (o_err <= OUT_BOUND and s_err <= STATE_BOUND):
         print(f"{label}: differs from sub16 ({o_err:.2e} / {s_err:.2e}): not timed")
         return
-    rows = kernel_times(bench.ours(p, None))
+    rows = kernel_times(call)
     print(f"{label}: {sum(t for _, t in rows):9.1f} us (vs sub16 {o_err:.1e} / {s_err:.1e})  "
           + ", ".join(f"{k} {t:.1f}" for k, t in rows))
 
@@ -107,6 +114,12 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         for block in state_blocks:  # phase 2's state columns per program (flash_kda.STATE_BLOCK)
             flash_kda.STATE_BLOCK = block
             time_against_sub16(f"B={B} T={T} H={H} sliced, state block {block:3d}", p, base)
+            # the same block with the default block's segment split, so the chain length is held
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            held = flash_kda.segment_length([T] * B, B * H * (p.v.shape[-1] // defaults[1]), sms, None, None)
+            if held is not None and block != defaults[1]:
+                time_against_sub16(f"B={B} T={T} H={H} sliced, state block {block:3d}, segments of {held}", p, base,
+                                   held)
         flash_kda.STATE_BLOCK = defaults[1]
         if carried:  # phase 2's operands through carried pointers: cp.async rings (flash_kda.RECURRENCE_CARRIED)
             flash_kda.RECURRENCE_CARRIED = True
