@@ -52,7 +52,7 @@ INTRA_WARPS = 8
 INTRA_VARIANT = "sliced"
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
-RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None chooses per launch (recurrence_warps)
+RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
 # Phase 2's dot operands through carried pointers, so the pipeline pass rings them (kda_recurrence_kernel CARRIED).
 # Off: not yet timed. At K3 the output recurrence then has cp.async rings 3 deep (124 KB of dynamic shared memory)
 # and 548 B of spills (480 without); the PTX simulator matches the interpreter (tests/test_flash_kda.py).
@@ -955,13 +955,17 @@ def _lines(elements: int, itemsize: int = 2) -> int:
 
 
 def recurrence_warps(programs: int, num_sms: int) -> int:
-    """Phase-2 warps per program: RECURRENCE_WARPS when set, else 4 when 8-warp programs (one per SM: 255
-    registers x 256 threads fill the register file) would need more than one wave, 8 otherwise. Two 4-warp programs
-    share an SM, so e.g. H=96 (192 programs) runs in one wave with one program's stalls hidden behind the other's;
-    when everything fits in one wave anyway, 8 warps halve each program's serial instruction stream."""
+    """Phase-2 warps per program: RECURRENCE_WARPS when set, else 4.
+
+    Two 4-warp programs share an SM (8-warp ones fill its registers: 255 x 256 threads), so a launch of more
+    programs than SMs (H = 96: 192) runs in one wave with one program's stalls behind the other's: 12% faster than
+    8 warps (2026-11-29). Where the programs fit one per SM anyway, 8 warps were kept on the theory that they halve
+    each program's serial instruction stream; measured, 4 warps were still faster (B1 T8192 H12, output pass 120
+    programs: recurrence 475.8 us against 486.5 with 8 there, 2026-12-02 20:00 UTC), as the chunk chain is
+    latency-bound, not issue-bound. `programs` and `num_sms` are kept for a rule the measurements may yet need."""
     if RECURRENCE_WARPS is not None:
         return RECURRENCE_WARPS
-    return 4 if programs > num_sms else 8
+    return 4
 
 
 def _segment_states(f: dict[str, torch.Tensor], tables: Tables, h0: torch.Tensor | None, h0_v_first: bool,
