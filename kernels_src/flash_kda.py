@@ -50,6 +50,10 @@ INTRA_WARPS = 8
 # tools/flash_kda_variants.py, phase-1 kernel alone): sliced 2.56 ms, sub16 4.97 ms, chunk64 5.64 ms at B1 T32768
 # H16; sliced 0.49 ms, sub16 0.97 ms at B1 T8192 H12 (docs/kernels/flash_kda.md).
 INTRA_VARIANT = "sliced"
+# The sliced phase 1's gate loaded in a scan-friendly layout (kda_intra_chunk_sliced_kernel SCAN_LAYOUT): at K3 its
+# PTX 7011 -> 5978 instructions, ld.shared 327 -> 83, but st.shared 462 -> 655 (each of the 8 row slices of the
+# cumsum converts the whole tile) and bar.sync 82 -> 88. Off: built 2026-12-02 after the device time ran out.
+INTRA_SCAN_LAYOUT = False
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -245,17 +249,29 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
     mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
 
 
+@mt.func
+def _scan_layout(BT: mt.constexpr, WARPS: mt.constexpr):
+    """[BT, K] with rows fastest in the thread: BT / 8 lanes of 8 rows each hold a column's BT rows in one warp."""
+    return mt.blocked([8, 1], [BT // 8, 256 // BT], [1, WARPS], [0, 1])
+
+
 @mt.kernel(min_blocks_per_sm=1)
 def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
                                   w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
                                   K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr,
-                                  SOLVE_PRECISION: mt.constexpr):
+                                  SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
+                                  WARPS: mt.constexpr = 8):
     """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
     slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
     warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
     one exp2 per element plus [K]-vector factors per (row block, column block). The same outputs as
     kda_intra_chunk_kernel up to rounding (L here is tf32 with beta on its row side; chunk64's is bf16).
     docs/kernels/flash_kda.md, version 3, has the instruction counts and the register-pressure choices.
+
+    SCAN_LAYOUT (INTRA_SCAN_LAYOUT): the gate is loaded with each thread holding 8 consecutive rows of a column
+    and a warp all BT = 64 rows (`_scan_layout`), so its cumsum is 8 adds in the thread and 3 shuffle rounds,
+    with no cross-warp exchange; otherwise it is loaded coalesced and the scan crosses the 8 warps through
+    shared memory (22% of the kernel's PTX at K3).
     """
     chunk = mt.program_id(0)
     h = mt.program_id(1)
@@ -274,7 +290,12 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
 
     # The gate first, then k (for k_end), and q and k again per sub-chunk in the score loop: fewer [BT, K] tiles
     # live at once (a whole-chunk q and k held across the cumsum spilled).
-    graw = _load_rows(g_ptr, base, row_h, valid, K)
+    if SCAN_LAYOUT:
+        cols = mt.arange(0, K)
+        graw = mt.load(g_ptr + base * K + (row_h[:, None] * K + cols[None, :]), mask=valid[:, None], other=0.0,
+                       layout=_scan_layout(BT, WARPS)).to(mt.float32)
+    else:
+        graw = _load_rows(g_ptr, base, row_h, valid, K)
     gate = mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
     b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
     gcum = mt.cumsum(gate, axis=0) * RCP_LN2
@@ -915,6 +936,10 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel = kda_intra_chunk_kernel
     else:
         kernel = kda_intra_chunk_sliced_kernel
+        if INTRA_SCAN_LAYOUT:
+            _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", SCAN_LAYOUT=True,
+                    WARPS=INTRA_WARPS, num_warps=INTRA_WARPS)
+            return out
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS)
     return out
 

@@ -238,7 +238,7 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 }
 
 
-@pytest.mark.parametrize("variant", flash_kda.INTRA_VARIANTS)
+@pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_scan_layout"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -256,6 +256,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
         launches.append((kernel, grid, before, list(args), constexprs))
 
     monkeypatch.setattr(flash_kda, "_launch", record)
+    if variant == "sliced_scan_layout":  # the sliced phase 1 with its gate in the scan layout
+        variant = "sliced"
+        monkeypatch.setattr(flash_kda, "INTRA_SCAN_LAYOUT", True)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)

@@ -1,7 +1,7 @@
 """FlashKDA's phase-1 variants (flash_kda.INTRA_VARIANTS: sliced, chunk64, sub16) side by side, in one GPU run.
 
     python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
-                                       [--transposed=yes] [--recurrence-warps=4,8]
+                                       [--transposed=yes] [--recurrence-warps=4,8] [--scan-layout=yes]
                                                           [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
@@ -89,7 +89,7 @@ def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.
 
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False,
-        transposed: bool = False, recurrence_warps: tuple[int, ...] = ()) -> None:
+        transposed: bool = False, recurrence_warps: tuple[int, ...] = (), scan_layout: bool = False) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
@@ -128,6 +128,10 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         if prefetch:  # phase 2 prefetches the next chunk's operand lines into L1 (flash_kda.RECURRENCE_PREFETCH)
             flash_kda.RECURRENCE_PREFETCH = True
             time_against_sub16(f"B={B} T={T} H={H} sliced, prefetched recurrence", p, base)
+        if scan_layout:  # the sliced phase 1's gate in the scan layout (flash_kda.INTRA_SCAN_LAYOUT)
+            flash_kda.INTRA_SCAN_LAYOUT = True
+            time_against_sub16(f"B={B} T={T} H={H} sliced, gate in the scan layout", p, base)
+            flash_kda.INTRA_SCAN_LAYOUT = False
         for warps in recurrence_warps:  # phase 2's warps forced for every launch (flash_kda.RECURRENCE_WARPS)
             flash_kda.RECURRENCE_WARPS = warps
             time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
@@ -202,7 +206,7 @@ def main() -> None:
         static()
         return
     options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no",
-               "--transposed": "no", "--recurrence-warps": ""}
+               "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no"}
     while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
         options[name] = value
@@ -210,7 +214,7 @@ def main() -> None:
     variants = tuple(v for v in options["--variants"].split(",") if v in PHASE1)
     gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES, blocks, variants,  # type: ignore[misc]
         options["--carried"] != "no", options["--prefetch"] != "no", options["--transposed"] != "no",
-        tuple(int(w) for w in options["--recurrence-warps"].split(",") if w))
+        tuple(int(w) for w in options["--recurrence-warps"].split(",") if w), options["--scan-layout"] != "no")
 
 
 if __name__ == "__main__":
