@@ -72,10 +72,10 @@ def _const_index(offsets: Sequence[int], strides: Sequence[int]) -> int:
 
 def exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: Sequence[int], dst: ThreadMap,
              dst_strides: Sequence[int], cls: str, numel: int, writer: str | None = None,
-             read_offset: int = 0) -> list[str]:
+             read_offset: int = 0, needed: frozenset[int] | None = None) -> list[str]:
     """Move a tile through shared memory: element e of src goes to linear index sum(e * src_strides); each dst
     register reads linear index read_offset + sum(e * dst_strides). Owners write (and only where `writer`
-    holds)."""
+    holds); `needed`: the src registers some reader wants (None: all), the other runs are not written."""
     size = elem_bytes_of(cls)
     pred = ctx.owner_pred(src)
     if writer is not None:
@@ -84,6 +84,8 @@ def exchange(ctx: KernelContext, regs: list[str], src: ThreadMap, src_strides: S
         base = ctx.scratch_for_exchange(numel * size)
         waddr = ctx.smem_addr(src, src_strides, size, base)
         for run in vector_runs(src, tuple(src_strides), size if cls != "pred" else 0):
+            if needed is not None and needed.isdisjoint(run):
+                continue
             offset = _const_index(src.reg_offsets[run[0]], src_strides) * size
             _st_vector(ctx, cls, f"{waddr}+{offset}", [regs[r] for r in run], pred)
         ctx.exchange_published(base, numel * size)
@@ -217,8 +219,9 @@ def bind_renamed(ctx: KernelContext, op: Operation, index: Callable[[Coord], Coo
 
 
 def move(ctx: KernelContext, op: Operation, index: Callable[[Coord], Coord], src_strides: Sequence[int],
-         dst_strides: Sequence[int], read_offset: int = 0) -> None:
-    """Bind the result of an element-moving op: register renaming when possible, else through shared memory."""
+         dst_strides: Sequence[int], read_offset: int = 0, needed: frozenset[int] | None = None) -> None:
+    """Bind the result of an element-moving op: register renaming when possible, else through shared memory
+    (writing only the `needed` source registers, when given)."""
     if bind_renamed(ctx, op, index):
         return
     src_v, dst_v = op.operands[0], op.result
@@ -228,7 +231,8 @@ def move(ctx: KernelContext, op: Operation, index: Callable[[Coord], Coord], src
     for s in src.shape:
         numel *= s
     cls = reg_class(src_v.type.scalar)
-    ctx.bind(dst_v, exchange(ctx, regs, src, src_strides, dst, dst_strides, cls, numel, read_offset=read_offset))
+    ctx.bind(dst_v, exchange(ctx, regs, src, src_strides, dst, dst_strides, cls, numel, read_offset=read_offset,
+                             needed=needed))
 
 
 def lower_splat(ctx: KernelContext, op: Operation) -> None:
@@ -445,11 +449,22 @@ def lower_extract_slice(ctx: KernelContext, op: Operation) -> None:
     """A register selection when every thread holds the sub-tile's elements (the tiling pass arranges it where it
     can: layouts.subtile_layout); else the source goes through shared memory and each thread reads its elements
     at the slice's offset."""
-    offsets = list(op.attrs["offsets"])
+    offsets, sizes = tuple(op.attrs["offsets"]), tuple(op.attrs["sizes"])
     src_shape = op.operands[0].type.shape
     strides = row_major_strides(src_shape)
     move(ctx, op, lambda c: tuple(x + o for x, o in zip(c, offsets)), strides, strides,
-         read_offset=_const_index(offsets, strides))
+         read_offset=_const_index(offsets, strides), needed=registers_in_box(ctx.tmap(op.operands[0]), offsets, sizes))
+
+
+@lru_cache(maxsize=256)
+def registers_in_box(tmap: ThreadMap, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> frozenset[int]:
+    """The registers whose element lies in the box [offsets, offsets + sizes) in some thread: the only ones a
+    slice's exchange has to write (a one-row slice of a tile whose rows run along each thread's registers needs
+    one register in eight)."""
+    bases = {tmap.base(t) for t in range(tmap.num_threads)}
+    return frozenset(r for r, off in enumerate(tmap.reg_offsets)
+                     if any(all(o <= (b + d) % n < o + z for b, d, n, o, z in zip(base, off, tmap.shape, offsets, sizes))
+                            for base in bases))
 
 
 def lower_concat(ctx: KernelContext, op: Operation) -> None:
