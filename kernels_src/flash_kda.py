@@ -51,7 +51,7 @@ INTRA_WARPS = 8
 # H16; sliced 0.49 ms, sub16 0.97 ms at B1 T8192 H12 (docs/kernels/flash_kda.md).
 INTRA_VARIANT = "sliced"
 # The sliced phase 1's gate loaded in a scan-friendly layout (kda_intra_chunk_sliced_kernel SCAN_LAYOUT): at K3 its
-# PTX 7011 -> 5978 instructions, ld.shared 327 -> 83, but st.shared 462 -> 655 (each of the 8 row slices of the
+# PTX 6987 -> 5866 instructions, ld.shared 327 -> 83, but st.shared 438 -> 543 (each of the 4 16-row slices of the
 # cumsum converts the whole tile) and bar.sync 82 -> 88. Off: built 2026-12-02 after the device time ran out.
 INTRA_SCAN_LAYOUT = False
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
