@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 from minitriton.ir import Operation
 from minitriton.ir.layouts import (ThreadMap, identity, layouts_equivalent, linear_index, register_permutation,
-                                   row_major_strides)
+                                   registers_in_box, row_major_strides)
 
 from .context import KernelContext
 from .registers import CLASS_BYTES, reg_class
@@ -455,16 +455,6 @@ def lower_extract_slice(ctx: KernelContext, op: Operation) -> None:
     move(ctx, op, lambda c: tuple(x + o for x, o in zip(c, offsets)), strides, strides,
          read_offset=_const_index(offsets, strides), needed=registers_in_box(ctx.tmap(op.operands[0]), offsets, sizes))
 
-
-@lru_cache(maxsize=256)
-def registers_in_box(tmap: ThreadMap, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> frozenset[int]:
-    """The registers whose element lies in the box [offsets, offsets + sizes) in some thread: the only ones a
-    slice's exchange has to write (a one-row slice of a tile whose rows run along each thread's registers needs
-    one register in eight)."""
-    bases = {tmap.base(t) for t in range(tmap.num_threads)}
-    return frozenset(r for r, off in enumerate(tmap.reg_offsets)
-                     if any(all(o <= (b + d) % n < o + z for b, d, n, o, z in zip(base, off, tmap.shape, offsets, sizes))
-                            for base in bases))
 
 
 def lower_concat(ctx: KernelContext, op: Operation) -> None:

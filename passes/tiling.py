@@ -54,7 +54,9 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    element in the same thread and register; the codegen lowers it to a register rename), else recomputed in the
    wanted layout when it is cheap index math (arange / splat / constant / broadcast / expand_dims / integer and
    pointer arithmetic, at most REMAT_LIMIT ops), else converted by one `mt.convert_layout` placed right after
-   its definition (hoisted out of the loops that use it).
+   its definition (hoisted out of the loops that use it). Several slices of one tile that would each move
+   elements into one layout in which all of them are register selections share one conversion of the tile
+   instead, when their moves would store more than the tile (`_share_slice_conversions`).
 
 Warp-specialized kernels (`mt.warp_specialize`): each partition's tiles are laid out for that partition's warps
 (minitriton/ir/partitions.py; no tile crosses a partition boundary, the frontend checks). Rings (mt.alloc_ring
@@ -73,8 +75,8 @@ from minitriton.errors import CompilationError
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
 from minitriton.ir.layouts import (WARP_SIZE, blocked, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
-                                   is_slice, layouts_equivalent, permute_layout, slice_of, split_layout, subtile_layout,
-                                   thread_map, vector_groups)
+                                   is_slice, layouts_equivalent, permute_layout, registers_in_box, slice_of,
+                                   split_layout, subtile_layout, thread_map, vector_groups)
 from minitriton.ir.mma_layouts import is_accumulator_blocked
 from minitriton.ir.ops import CACHE_LINE_BYTES, OPS
 from minitriton.ir.types import LayoutAttr, PointerType, TensorType, layout
@@ -528,6 +530,7 @@ class _Solver:
             if op.name == "mt.alloc_ring" and op.result.type.encoding is None:
                 op.result.type = op.result.type.with_encoding(ring_layout(op.attrs["stages"]))
         self.memo: dict[tuple[Value, LayoutAttr], Value] = {}
+        self._share_slice_conversions()
         for slot, want in list(self.required.items()):
             op, i = slot
             v = op.operands[i]
@@ -537,6 +540,40 @@ class _Solver:
             op.attrs["vector_width"] = width
         for op, tail in self.line_tail.items():
             op.attrs["line_tail"] = tail
+
+    def _share_slice_conversions(self) -> None:
+        """Slices of one tile that each move elements (not a register selection in the tile's layout) into one
+        blocked layout R in which each of them would be a selection: the tile is converted to R once and those
+        slices become selections of it, when their moves would store more than the tile ([64, K] gate rows taken
+        in four 16-row slices: one exchange instead of four, each writing most of the tile)."""
+        slices: dict[Value, list[Operation]] = {}
+        for op in self.func.walk():
+            if op.name == "mt.extract_slice" and _is_tensor(op.operands[0]):
+                slices.setdefault(op.operands[0], []).append(op)
+        for v, ops in slices.items():
+            by_target: dict[LayoutAttr, list[Operation]] = {}
+            for op in ops:
+                target = op.result.type.encoding
+                if (not self._is_selection(op, v.type.encoding) and is_blocked(target)
+                        and self._is_selection(op, target)):
+                    by_target.setdefault(target, []).append(op)  # type: ignore[arg-type]
+            tmap = thread_map(v.type.encoding, v.type.shape)  # type: ignore[arg-type]
+            for target, group in by_target.items():
+                stored = sum(len(registers_in_box(tmap, tuple(op.attrs["offsets"]), tuple(op.attrs["sizes"])))
+                             for op in group)
+                if len(group) < 2 or stored <= tmap.num_regs:
+                    continue
+                converted = self._in_layout(v, target)
+                for op in group:
+                    op.operands[0] = converted
+
+    @staticmethod
+    def _is_selection(op: Operation, enc: LayoutAttr | None) -> bool:
+        """Whether the slice `op` of a tile laid out as `enc` is a register selection giving its result's layout."""
+        if enc is None:
+            return False
+        sub = subtile_layout(enc, op.operands[0].type.shape, op.attrs["offsets"], op.attrs["sizes"])
+        return sub is not None and sub == op.result.type.encoding
 
     def _in_layout(self, v: Value, want: LayoutAttr) -> Value:
         """`v` in layout `want`: itself, a recomputation of cheap index math, or a convert_layout of it."""

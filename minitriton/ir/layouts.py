@@ -436,6 +436,19 @@ def subtile_registers(enc: LayoutAttr, shape: Sequence[int], offsets: Sequence[i
     return None if found is None else list(found)
 
 
+@lru_cache(maxsize=256)
+def registers_in_box(tmap: ThreadMap, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> frozenset[int]:
+    """The registers whose element lies in the box [offsets, offsets + sizes) in some thread: the only ones a
+    slice's exchange has to write (a one-row slice of a tile whose rows run along each thread's registers needs
+    one register in eight)."""
+    bases = {tmap.base(t) for t in range(tmap.num_threads)}
+
+    def inside(base: tuple[int, ...], off: tuple[int, ...]) -> bool:
+        return all(o <= (b + d) % n < o + z for b, d, n, o, z in zip(base, off, tmap.shape, offsets, sizes))
+
+    return frozenset(r for r, off in enumerate(tmap.reg_offsets) if any(inside(base, off) for base in bases))
+
+
 @lru_cache(maxsize=1024)
 def _subtile_registers(enc: LayoutAttr, shape: tuple[int, ...], offsets: tuple[int, ...],
                        sizes: tuple[int, ...]) -> tuple[int, ...] | None:
