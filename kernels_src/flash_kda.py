@@ -72,6 +72,9 @@ RECURRENCE_PREFETCH = True
 # T8192 H12, 2403.7 -> 2586.6 us at B1 T32768 H16 (docs/kernels/flash_kda.md).
 RECURRENCE_TRANSPOSED = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
+# The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
+# serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy). tf32x3 is built, not timed.
+MERGE_PRECISION = "ieee"
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
 STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
 EXP2_CAP = 120.0  # log2 cap of the dropped score columns' factor: finite, never selected
@@ -675,9 +678,11 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
 
 @mt.kernel(min_blocks_per_sm=1)
 def kda_merge_kernel(maps_ptr, h0_ptr, s_in_ptr, seq_ptr, H, h0_sn, h0_sh, h0_sk, h0_sv,
-                     K: mt.constexpr, V: mt.constexpr, BV: mt.constexpr, HAS_H0: mt.constexpr):
+                     K: mt.constexpr, V: mt.constexpr, BV: mt.constexpr, HAS_H0: mt.constexpr,
+                     PRECISION: mt.constexpr = "ieee", MB: mt.constexpr = 64):
     """One (column block, sequence, head): the incoming state of each of the sequence's segments,
-    S_0 = h0, S_{j+1} = M_j S_j + E_j, composed in f32. seq_ptr rows: (first segment, segments, first map).
+    S_0 = h0, S_{j+1} = M_j S_j + E_j, composed in f32 (PRECISION "ieee": CUDA-core FMAs; "tf32x3": three tf32
+    mma.sync per K step, ~2^-21 relative per product). seq_ptr rows: (first segment, segments, first map).
     maps are [maps, H, K, K+V] f32 ([M | E]); s_in is [segments, H, K, V] f32."""
     NVB = V // BV
     pid = mt.program_id(0)
@@ -697,9 +702,18 @@ def kda_merge_kernel(maps_ptr, h0_ptr, s_in_ptr, seq_ptr, H, h0_sn, h0_sh, h0_sk
     mt.store(s_in_ptr + ((first.to(mt.int64) * H + h) * K + rk[:, None]) * V + cols[None, :], state)
     for j in range(0, count - 1):
         base = ((map0 + j).to(mt.int64) * H + h) * K * (K + V)
-        m = mt.load(maps_ptr + base + rk[:, None] * (K + V) + rk[None, :])
-        e = mt.load(maps_ptr + base + rk[:, None] * (K + V) + K + cols[None, :])
-        state = mt.dot(m, state, e)
+        if PRECISION == "ieee":
+            m = mt.load(maps_ptr + base + rk[:, None] * (K + V) + rk[None, :])
+            e = mt.load(maps_ptr + base + rk[:, None] * (K + V) + K + cols[None, :])
+            state = mt.dot(m, state, e)
+        else:  # in row blocks of MB: a [K, K] f32 A operand would not fit the shared-memory budget
+            parts = ()
+            for r in mt.static_range(K // MB):
+                rows = r * MB + mt.arange(0, MB)
+                m = mt.load(maps_ptr + base + rows[:, None] * (K + V) + rk[None, :])
+                e = mt.load(maps_ptr + base + rows[:, None] * (K + V) + K + cols[None, :])
+                parts = parts + (mt.dot(m, state, e, input_precision=PRECISION),)
+            state = mt.cat(parts, 0)
         mt.store(s_in_ptr + (((first + j + 1).to(mt.int64) * H + h) * K + rk[:, None]) * V + cols[None, :], state)
 
 
@@ -1005,7 +1019,7 @@ def _segment_states(f: dict[str, torch.Tensor], tables: Tables, h0: torch.Tensor
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     _launch(kda_merge_kernel, (V // bv * tables.sequences.shape[0] * H,), (
         maps, h0 if h0 is not None else s_in, s_in, tables.sequences, H, *h0_strides),
-        K=K, V=V, BV=bv, HAS_H0=h0 is not None, num_warps=MERGE_WARPS)
+        K=K, V=V, BV=bv, HAS_H0=h0 is not None, PRECISION=MERGE_PRECISION, MB=min(K, 64), num_warps=MERGE_WARPS)
     return s_in
 
 

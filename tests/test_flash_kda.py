@@ -215,6 +215,50 @@ def test_transposed_recurrence(interpret, monkeypatch, state_v_first):
     assert kda_ref.relative_error(o, o_t) <= 1e-6
 
 
+def test_tf32x3_merge_matches_the_f32_merge(interpret, monkeypatch):
+    """MERGE_PRECISION "tf32x3" composes the segment maps to f32-level accuracy: the same final state and output as
+    the CUDA-core merge within 1e-5, varlen with initial states."""
+    cu = torch.tensor([0, 150, 170, 300])
+    x = make_inputs(1, 300, 2, 16, 32, seed=14, n_states=3)
+    o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, context_parallel=True, cp_segment_len=64)
+    monkeypatch.setattr(flash_kda, "MERGE_PRECISION", "tf32x3")
+    o3, s3 = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, context_parallel=True,
+                                 cp_segment_len=64)
+    assert kda_ref.relative_error(s, s3) <= 1e-5
+    assert kda_ref.relative_error(o, o3) <= 1e-5
+
+
+def test_tf32x3_merge_ptx_on_tensor_cores():
+    """The merge at K = V = 64 in 32-row blocks (two tf32x3 mma.sync dots a step, joined with mt.cat): its PTX on the
+    simulator against the interpreter, and both against the float64 composition S_{j+1} = M_j S_j + E_j."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from minitriton.ir.types import PointerType, ScalarType
+
+    gen = torch.Generator().manual_seed(31)
+    K = V = BV = 64
+    H, steps = 1, 3
+    maps = torch.randn(steps, H, K, K + V, generator=gen) * 0.15
+    h0 = torch.randn(1, H, K, V, generator=gen)
+    seq = torch.tensor([0, steps + 1, 0], dtype=torch.int32)
+    s_in = torch.full((steps + 1, H, K, V), float("nan"))
+    args = [maps, h0, s_in, seq, H, *h0.stride()]
+    f32, i32 = ScalarType("f32"), ScalarType("i32")
+    types = {n: (PointerType(f32) if i < 3 else PointerType(i32) if i == 3 else i32)
+             for i, n in enumerate(flash_kda.kda_merge_kernel.runtime_params)}
+    make = helpers.dsl(flash_kda.kda_merge_kernel.fn, types,
+                       dict(K=K, V=V, BV=BV, HAS_H0=True, PRECISION="tf32x3", MB=32), num_warps=8)
+    ptx, _, _ = helpers.lower(make)
+    assert ptx.count("mma.sync.aligned.m16n8k8") > 0 and "fma.rn.f32" not in ptx
+    want = helpers.run_interpreted(make, (1,), args)
+    got = helpers.run_simulated(make, (1,), args)
+    assert helpers.rel_err(got[2], want[2]) <= 1e-6
+    ref = [h0[0, 0].double()]
+    for j in range(steps):
+        m, e = maps[j, 0, :, :K].double(), maps[j, 0, :, K:].double()
+        ref.append(m @ ref[-1] + e)
+    assert kda_ref.relative_error(torch.stack(ref)[:, None], want[2]) <= 1e-5
+
+
 def test_context_parallel_without_initial_state(interpret):
     check(make_inputs(1, 190, 1, 16, 16, seed=9, init=False), context_parallel=True)
 

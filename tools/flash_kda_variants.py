@@ -2,6 +2,7 @@
 
     python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
                                        [--transposed=yes] [--recurrence-warps=4,8] [--scan-layout=yes]
+                                       [--merge-precision=tf32x3]
                                                           [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
@@ -89,7 +90,8 @@ def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.
 
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False,
-        transposed: bool = False, recurrence_warps: tuple[int, ...] = (), scan_layout: bool = False) -> None:
+        transposed: bool = False, recurrence_warps: tuple[int, ...] = (), scan_layout: bool = False,
+        merge_precision: str = "") -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
@@ -132,6 +134,10 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
             flash_kda.INTRA_SCAN_LAYOUT = True
             time_against_sub16(f"B={B} T={T} H={H} sliced, gate in the scan layout", p, base)
             flash_kda.INTRA_SCAN_LAYOUT = False
+        if merge_precision:  # the context-parallel merge's compositions (flash_kda.MERGE_PRECISION)
+            flash_kda.MERGE_PRECISION = merge_precision
+            time_against_sub16(f"B={B} T={T} H={H} sliced, merge in {merge_precision}", p, base)
+            flash_kda.MERGE_PRECISION = "ieee"
         for warps in recurrence_warps:  # phase 2's warps forced for every launch (flash_kda.RECURRENCE_WARPS)
             flash_kda.RECURRENCE_WARPS = warps
             time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
@@ -206,7 +212,7 @@ def main() -> None:
         static()
         return
     options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no",
-               "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no"}
+               "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no", "--merge-precision": ""}
     while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
         options[name] = value
@@ -214,7 +220,8 @@ def main() -> None:
     variants = tuple(v for v in options["--variants"].split(",") if v in PHASE1)
     gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES, blocks, variants,  # type: ignore[misc]
         options["--carried"] != "no", options["--prefetch"] != "no", options["--transposed"] != "no",
-        tuple(int(w) for w in options["--recurrence-warps"].split(",") if w), options["--scan-layout"] != "no")
+        tuple(int(w) for w in options["--recurrence-warps"].split(",") if w), options["--scan-layout"] != "no",
+        options["--merge-precision"])
 
 
 if __name__ == "__main__":
