@@ -391,6 +391,20 @@ def test_gpu_matches_reference(T, H, init):
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("knob, value", [("INTRA_SCAN_LAYOUT", True), ("MERGE_PRECISION", "tf32x3")])
+def test_gpu_opt_in_knobs_t1000(monkeypatch, knob, value):
+    """The opt-in FlashKDA forms on the H200 (K = V = 128, T = 1000 H = 4, an initial state, context parallelism
+    forced so that the merge runs): the oracle's bounds, and the same answer as the defaults within 1e-3."""
+    x = make_inputs(1, 1000, 4, 128, 128, seed=6, init=True, device="cuda")
+    o, s = flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True)
+    monkeypatch.setattr(flash_kda, knob, value)
+    check(x, context_parallel=True)
+    o2, s2 = flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True)
+    assert kda_ref.relative_error(o, o2) <= 1e-3 and kda_ref.relative_error(s, s2) <= 1e-3
+
+
+@gpu
+@needs_cuda
 @pytest.mark.parametrize("context_parallel", [False, True])
 def test_gpu_transposed_recurrence(monkeypatch, context_parallel):
     """RECURRENCE_TRANSPOSED on the H200 (K = V = 128, T = 1000 H = 4, an initial state; with and without the
