@@ -86,11 +86,12 @@ def algorithm_flops(B: int, T: int, H: int, K: int, V: int, chunk: int = CHUNK) 
     return B * T * H * per_token
 
 
-def ours(p: Problem, context_parallel: bool | None) -> Callable[[], Any]:
+def ours(p: Problem, context_parallel: bool | None, cp_segment_len: int | None = None) -> Callable[[], Any]:
     from minitriton.kernels.flash_kda import chunk_kda
 
     return lambda: chunk_kda(p.q, p.k, p.v, p.g, p.beta, A_log=p.A_log, dt_bias=p.dt_bias, lower_bound=LOWER_BOUND,
-                             output_final_state=True, context_parallel=context_parallel)
+                             output_final_state=True, context_parallel=context_parallel,
+                             cp_segment_len=cp_segment_len)
 
 
 def fla(p: Problem) -> Callable[[], Any]:

@@ -456,7 +456,6 @@ def lower_extract_slice(ctx: KernelContext, op: Operation) -> None:
          read_offset=_const_index(offsets, strides), needed=registers_in_box(ctx.tmap(op.operands[0]), offsets, sizes))
 
 
-
 def lower_concat(ctx: KernelContext, op: Operation) -> None:
     """A register assembly when each result register is, in every thread, one fixed register of one piece; else
     every piece's owners write it at its place in the row-major result in shared memory and each thread reads

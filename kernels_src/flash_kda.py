@@ -51,8 +51,8 @@ INTRA_WARPS = 8
 # H16; sliced 0.49 ms, sub16 0.97 ms at B1 T8192 H12 (docs/kernels/flash_kda.md).
 INTRA_VARIANT = "sliced"
 # The sliced phase 1's gate loaded in a scan-friendly layout (kda_intra_chunk_sliced_kernel SCAN_LAYOUT): at K3 its
-# PTX 6987 -> 5866 instructions, ld.shared 327 -> 83, but st.shared 438 -> 543 (each of the 4 16-row slices of the
-# cumsum converts the whole tile) and bar.sync 82 -> 88. Off: built 2026-12-02 after the device time ran out.
+# PTX 7062 -> 5920 instructions, ld.shared 327 -> 83, st.shared 430 -> 439, bar.sync 80 -> 81, spills 40 -> 28 B
+# (docs/kernels/flash_kda.md). Off: built 2026-12-02 after the device time ran out; not yet timed.
 INTRA_SCAN_LAYOUT = False
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
@@ -943,6 +943,7 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
     args = (q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(), a_log, bias,
             tables.chunks, out["w"], out["u"], out["kg"], out["qg"], out["aqk"], out["decay"],
             H, scale, float(lower_bound))
+    scan: dict = {}  # the sliced kernel's gate layout (INTRA_SCAN_LAYOUT)
     if variant == "sub16":
         shift = round(SUB * abs(lower_bound) / 2 * RCP_LN2)  # half the worst 16-row decay span, in log2 units
         kernel, args = kda_intra_chunk_sub16_kernel, args + (float(2.0 ** shift), float(2.0 ** -shift))
@@ -951,10 +952,8 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
     else:
         kernel = kda_intra_chunk_sliced_kernel
         if INTRA_SCAN_LAYOUT:
-            _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", SCAN_LAYOUT=True,
-                    WARPS=INTRA_WARPS, num_warps=INTRA_WARPS)
-            return out
-    _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS)
+            scan = dict(SCAN_LAYOUT=True, WARPS=INTRA_WARPS)
+    _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
 
 

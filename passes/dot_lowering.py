@@ -50,8 +50,7 @@ from minitriton.ir.layouts import blocked, default_layout, identity, register_pe
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
 from minitriton.ir.mma_layouts import (dot_operand_layout, dot_operand_thread_map, is_accumulator_blocked, mma_layout,
-                                      shared_layout,
-                                      tiles_accumulator, warps_of)
+                                      shared_layout, tiles_accumulator, warps_of)
 from minitriton.errors import CompilationError
 from minitriton.ir.partitions import warps_of_ops
 from minitriton.ir.types import LayoutAttr, TensorType, layout

@@ -44,8 +44,9 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    lands on the small side). Nodes no flood reaches get the default layout (one element per thread, last dim
    fastest; a reduce from its operand's side, an expand_dims from its result's). A scalar stays a scalar.
    A flood is refused where it would give a 2-D tile without a size-1 dim copies in several warps through an mma
-   accumulator layout, or through that accumulator's blocked form ([1, 2] / [8, 4] / [W, 1], `is_accumulator_blocked`, the layout a state
-   is loaded in to be an accumulator or an A operand without conversion; `_copies_in_warps`): a few token rows
+   accumulator layout, or through that accumulator's blocked form ([1, 2] / [8, 4] / [W, 1],
+   `is_accumulator_blocked`: the layout a state is loaded in to be an accumulator or an A operand without
+   conversion; `_copies_in_warps`): a few token rows
    next to a [128, 128] state would otherwise be computed 8 times over; their own anchors decide them instead
    (docs/layouts.md, "Tensor-core neighbours"). Explicit `layout=` loads and stores keep their attr, so
    dot-lowering's second solve anchors them again.
@@ -557,11 +558,13 @@ class _Solver:
                 if (not self._is_selection(op, v.type.encoding) and is_blocked(target)
                         and self._is_selection(op, target)):
                     by_target.setdefault(target, []).append(op)  # type: ignore[arg-type]
-            tmap = thread_map(v.type.encoding, v.type.shape)  # type: ignore[arg-type]
             for target, group in by_target.items():
+                if len(group) < 2:
+                    continue
+                tmap = thread_map(v.type.encoding, v.type.shape)  # type: ignore[arg-type]
                 stored = sum(len(registers_in_box(tmap, tuple(op.attrs["offsets"]), tuple(op.attrs["sizes"])))
                              for op in group)
-                if len(group) < 2 or stored <= tmap.num_regs:
+                if stored <= tmap.num_regs:
                     continue
                 converted = self._in_layout(v, target)
                 for op in group:

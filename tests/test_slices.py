@@ -368,7 +368,7 @@ def row_slice_of_column_runs(x_ptr, out_ptr, R: mt.constexpr, C: mt.constexpr, R
 def test_slice_exchange_writes_only_the_registers_in_the_slice(R0: int, R1: int, writes: int,
                                                                gen: torch.Generator) -> None:
     """A slice through shared memory stores only the source registers whose element lies in the slice in some
-    thread (codegen/layout_moves.registers_in_box): one in eight for a one-row slice of 8-row runs; the replay
+    thread (minitriton/ir/layouts.py registers_in_box): one in eight for a one-row slice of 8-row runs; the replay
     must still match."""
     make = dsl(row_slice_of_column_runs, ptrs("x_ptr out_ptr", "f32"), dict(R=32, C=64, R0=R0, R1=R1),
                aligned("x_ptr out_ptr", True))

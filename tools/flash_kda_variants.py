@@ -20,12 +20,14 @@ SASS counts (total, HMMA, BAR, STL/LDL, MUFU) that docs/kernels/flash_kda.md's p
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -73,11 +75,7 @@ def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
-    def call():  # type: ignore[no-untyped-def]
-        return flash_kda.chunk_kda(p.q, p.k, p.v, p.g, p.beta, A_log=p.A_log, dt_bias=p.dt_bias,  # type: ignore
-                                   lower_bound=bench.LOWER_BOUND, output_final_state=True,
-                                   cp_segment_len=cp_segment_len)
-
+    call = bench.ours(p, None, cp_segment_len)  # type: ignore[arg-type]
     o, s = call()
     o_err, s_err = kda_ref.relative_error(base[0], o), kda_ref.relative_error(base[1], s)
     if not (o_err <= OUT_BOUND and s_err <= STATE_BOUND):
@@ -86,6 +84,17 @@ def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.
     rows = kernel_times(call)
     print(f"{label}: {sum(t for _, t in rows):9.1f} us (vs sub16 {o_err:.1e} / {s_err:.1e})  "
           + ", ".join(f"{k} {t:.1f}" for k, t in rows))
+
+
+@contextlib.contextmanager
+def knob(name: str, value: object) -> Iterator[None]:
+    """flash_kda's module constant `name` set to `value` for the block, then restored."""
+    old = getattr(flash_kda, name)
+    setattr(flash_kda, name, value)
+    try:
+        yield
+    finally:
+        setattr(flash_kda, name, old)
 
 
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
@@ -130,18 +139,15 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         if prefetch:  # phase 2 prefetches the next chunk's operand lines into L1 (flash_kda.RECURRENCE_PREFETCH)
             flash_kda.RECURRENCE_PREFETCH = True
             time_against_sub16(f"B={B} T={T} H={H} sliced, prefetched recurrence", p, base)
-        if scan_layout:  # the sliced phase 1's gate in the scan layout (flash_kda.INTRA_SCAN_LAYOUT)
-            flash_kda.INTRA_SCAN_LAYOUT = True
-            time_against_sub16(f"B={B} T={T} H={H} sliced, gate in the scan layout", p, base)
-            flash_kda.INTRA_SCAN_LAYOUT = False
-        if merge_precision:  # the context-parallel merge's compositions (flash_kda.MERGE_PRECISION)
-            flash_kda.MERGE_PRECISION = merge_precision
-            time_against_sub16(f"B={B} T={T} H={H} sliced, merge in {merge_precision}", p, base)
-            flash_kda.MERGE_PRECISION = "ieee"
-        for warps in recurrence_warps:  # phase 2's warps forced for every launch (flash_kda.RECURRENCE_WARPS)
-            flash_kda.RECURRENCE_WARPS = warps
-            time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
-        flash_kda.RECURRENCE_WARPS = None
+        if scan_layout:  # the sliced phase 1's gate in the scan layout
+            with knob("INTRA_SCAN_LAYOUT", True):
+                time_against_sub16(f"B={B} T={T} H={H} sliced, gate in the scan layout", p, base)
+        if merge_precision:  # the context-parallel merge's compositions
+            with knob("MERGE_PRECISION", merge_precision):
+                time_against_sub16(f"B={B} T={T} H={H} sliced, merge in {merge_precision}", p, base)
+        for warps in recurrence_warps:  # phase 2's warps forced for every launch
+            with knob("RECURRENCE_WARPS", warps):
+                time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
         if transposed:  # phase 2 holds its state transposed, in place as its products' A operand
             flash_kda.RECURRENCE_TRANSPOSED = True
             time_against_sub16(f"B={B} T={T} H={H} sliced, transposed recurrence", p, base)

@@ -441,12 +441,11 @@ def registers_in_box(tmap: ThreadMap, offsets: tuple[int, ...], sizes: tuple[int
     """The registers whose element lies in the box [offsets, offsets + sizes) in some thread: the only ones a
     slice's exchange has to write (a one-row slice of a tile whose rows run along each thread's registers needs
     one register in eight)."""
-    bases = {tmap.base(t) for t in range(tmap.num_threads)}
+    def inside(coord: tuple[int, ...]) -> bool:
+        return all(o <= c < o + z for c, o, z in zip(coord, offsets, sizes))
 
-    def inside(base: tuple[int, ...], off: tuple[int, ...]) -> bool:
-        return all(o <= (b + d) % n < o + z for b, d, n, o, z in zip(base, off, tmap.shape, offsets, sizes))
-
-    return frozenset(r for r, off in enumerate(tmap.reg_offsets) if any(inside(base, off) for base in bases))
+    threads = range(tmap.num_threads)
+    return frozenset(r for r in range(tmap.num_regs) if any(inside(tmap.element(t, r)) for t in threads))
 
 
 @lru_cache(maxsize=1024)
