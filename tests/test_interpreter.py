@@ -455,9 +455,9 @@ def dot_kernel(elem: ScalarType, m: int, n: int, kk: int, precision: str) -> Any
 
 
 def tf32_reference(x: torch.Tensor) -> torch.Tensor:
-    """f32 -> tf32, nearest with ties away from zero, computed on the int32 bits in torch."""
-    bits = x.view(torch.int32).to(torch.int64)
-    rounded = ((bits + 0x1000) & ~0x1FFF).to(torch.int32).view(torch.float32)
+    """f32 -> tf32, to nearest with ties to even (PTX cvt.rn.tf32.f32), computed on the int32 bits in torch."""
+    bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    rounded = ((bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).to(torch.int32).view(torch.float32)
     return torch.where(x.isfinite(), rounded, x)
 
 
