@@ -12,6 +12,10 @@ memory, per operand, K-major with an S-byte swizzle (S = 128, 64 or 32; S / 2 K 
   rows / 8 atoms of 8 rows x S bytes (SBO = 8 * S between them); the byte offset of 16-byte piece j of a row is
   then swizzled: offset ^ (((offset >> 7) & (S / 16 - 1)) << 4) (the hardware XORs the same address bits, so the
   buffer is aligned to 1024 bytes and every tile and chunk starts at a multiple of the atom).
+  A B whose registers run along N (an accumulator's pairs, a row-major [K, N] load) is staged MN-major instead
+  (`b_mn_swizzle`): the layout of an MN-major ring slot below, in 4- to 16-byte vectors rather than one 16-bit
+  store per element, read with imm-trans-b = 1. The `#mt.shared` encoding still says K-major: how a staged
+  operand is laid out is this lowering's private choice (nothing else reads the scratch).
   A's rows are permuted (minitriton/ir/mma_layouts.py): tile row R goes to tile T, hardware row 16 * w + 8 * i + g
   of warpgroup wg, for R = g + 8 * (4 * wg + w) + 8 * W * (i + 2 * r) — so D's fragment lands in the registers
   the blocked-equivalent accumulator layout assigns.
@@ -46,6 +50,7 @@ register j at row 16 w + 8 ((j >> 1) & 1) + g, column 8 (j >> 2) + 2 t + (j & 1)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from minitriton.ir import Operation, Value
@@ -54,7 +59,7 @@ from minitriton.ir.types import LayoutAttr
 
 from .context import KernelContext
 from .layout_moves import possible_bits
-from .mma import register_index, store_shared_b16, store_width
+from .mma import register_index, staging_dim, store_shared_b16, store_width
 
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}
 WARPGROUP_WARPS = 4
@@ -161,7 +166,7 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
     (m, k), n = a_v.type.shape, b_v.type.shape[1]
     t = a_v.type.scalar.name  # type: ignore[union-attr]
     a_slot, b_slot = _slot_of(a_v, 0), _slot_of(b_v, 1)
-    staged = []
+    staged = StagedOperands(0, 0, 0)
     if a_slot is None or b_slot is None:
         staged = _stage_operands(ctx, a_v if a_slot is None else None, b_v if b_slot is None else None,
                                  num_warps, n_instr)
@@ -214,15 +219,41 @@ def _slot_of(v: Value, operand: int) -> Value | None:
     return None
 
 
+@dataclass(frozen=True)
+class StagedOperands:
+    """Where `_stage_operands` put the register operands: A's (and a K-major B's) swizzle, B's offset in the
+    scratch, and B's swizzle when B went MN-major (0: K-major)."""
+    swizzle: int
+    b_base: int
+    b_mn_swizzle: int
+
+
+def b_mn_swizzle(tmap: ThreadMap, n_instr: int) -> int:
+    """The swizzle of an MN-major staging of a B operand whose registers run along N (0: stage it K-major).
+
+    A B held with consecutive N elements per thread (an accumulator: pairs along N; a row-major [K, N] load:
+    vectors along N) would be stored K-major one 16-bit value at a time; MN-major it is stored in 4- to 16-byte
+    vectors, and the wgmma reads it with imm-trans-b = 1 (16-bit types only, which is all this lowering takes).
+    The swizzle atom (S / 2 columns) must divide an n-block so that each n-block starts on a column atom."""
+    if staging_dim(tmap, 0) != 1 or n_instr < 16:
+        return 0
+    return min(128, 2 * n_instr)
+
+
 def _stage_operands(ctx: KernelContext, a_v: Value | None, b_v: Value | None, num_warps: int,
-                    n_instr: int) -> list[int]:
-    """Stage the register operands (those given) into the scratch buffer; [swizzle, b_base]."""
+                    n_instr: int) -> StagedOperands:
+    """Stage the register operands (those given) into the scratch buffer."""
     v = a_v if a_v is not None else b_v
     assert v is not None
     k = v.type.shape[1] if v is a_v else v.type.shape[0]  # type: ignore[union-attr]
-    swizzle = _swizzle_of(ctx, a_v, 1) if a_v is not None else _swizzle_of(ctx, b_v, 0)  # type: ignore[arg-type]
-    if a_v is not None and b_v is not None and _swizzle_of(ctx, b_v, 0) != swizzle:
-        raise ctx.error("wgmma operands with different swizzles")
+    b_src = _allocated(ctx, b_v) if b_v is not None else None
+    b_mn = b_mn_swizzle(ctx.tmap(b_src), n_instr) if b_src is not None else 0
+    swizzle = _swizzle_of(ctx, a_v, 1) if a_v is not None else 0
+    if b_v is not None and not b_mn:
+        b_swizzle = _swizzle_of(ctx, b_v, 0)
+        if swizzle and b_swizzle != swizzle:
+            raise ctx.error("wgmma operands with different swizzles")
+        swizzle = b_swizzle
     m = a_v.type.shape[0] if a_v is not None else 0  # type: ignore[union-attr]
     n = b_v.type.shape[1] if b_v is not None else 0  # type: ignore[union-attr]
     b_base = (m * k * 2 + ALIGN - 1) // ALIGN * ALIGN
@@ -239,11 +270,14 @@ def _stage_operands(ctx: KernelContext, a_v: Value | None, b_v: Value | None, nu
     ctx.barrier()
     if a_v is not None:
         _stage(ctx, _allocated(ctx, a_v), a_offset, 0, k_dim=1)
-    if b_v is not None:
-        _stage(ctx, _allocated(ctx, b_v), b_offset, b_base, k_dim=0)
+    if b_src is not None:
+        if b_mn:
+            _stage(ctx, b_src, operand_offset(1, (k, n), b_mn, num_warps), b_base, k_dim=1)
+        else:
+            _stage(ctx, b_src, b_offset, b_base, k_dim=0)
     ctx.emit("fence.proxy.async.shared::cta;")
     ctx.barrier()
-    return [swizzle, b_base]
+    return StagedOperands(swizzle, b_base, b_mn)
 
 
 def _slot_descriptor(ctx: KernelContext, addr: str, const: int) -> str:
@@ -255,13 +289,13 @@ def _slot_descriptor(ctx: KernelContext, addr: str, const: int) -> str:
     return desc
 
 
-def _a_descriptor(ctx: KernelContext, a_v: Value, slot: Value | None, staged: list[int], num_warps: int,
+def _a_descriptor(ctx: KernelContext, a_v: Value, slot: Value | None, staged: StagedOperands, num_warps: int,
                   k: int) -> tuple[str, Callable[[int, int], int]]:
     """A's descriptor (the warpgroup's tile) and the byte offset of (m-block, K step) from it."""
     tile_bytes = 64 * k * 2
     if slot is None:
-        swizzle = staged[0]
-        base = _descriptor_base(ctx, swizzle, num_warps, tile_bytes, 0)
+        swizzle = staged.swizzle
+        base = _descriptor_base(ctx, make_descriptor(0, swizzle), num_warps, tile_bytes, 0)
     else:
         swizzle = slot.type.encoding.get("swizzle")  # type: ignore[union-attr]
         addr = ctx.get(slot)[0]
@@ -275,15 +309,19 @@ def _a_descriptor(ctx: KernelContext, a_v: Value, slot: Value | None, staged: li
     return base, lambda rep, kk: descriptor_offset(rep * per_rep, kk, 64, k, swizzle)
 
 
-def _b_descriptor(ctx: KernelContext, b_v: Value, slot: Value | None, staged: list[int], n_instr: int,
+def _b_descriptor(ctx: KernelContext, b_v: Value, slot: Value | None, staged: StagedOperands, n_instr: int,
                   k: int) -> tuple[str, Callable[[int, int], int], int]:
     """B's descriptor, the byte offset of (n-block, K step) from it, and imm-trans-b (1: MN-major)."""
-    if slot is None:
-        swizzle, b_base = staged
-        base = _descriptor_base(ctx, swizzle, 0, 0, b_base)
+    if slot is None and not staged.b_mn_swizzle:
+        swizzle = staged.swizzle
+        base = _descriptor_base(ctx, make_descriptor(0, swizzle), 0, 0, staged.b_base)
         return base, lambda nb, kk: descriptor_offset(nb, kk, n_instr, k, swizzle), 0
-    swizzle = slot.type.encoding.get("swizzle")  # type: ignore[union-attr]
-    base = _slot_descriptor(ctx, ctx.get(slot)[0], make_descriptor_mn(0, swizzle, k))
+    if slot is None:  # staged MN-major: the layout of an MN-major ring slot, at b_base
+        swizzle = staged.b_mn_swizzle
+        base = _descriptor_base(ctx, make_descriptor_mn(0, swizzle, k), 0, 0, staged.b_base)
+    else:
+        swizzle = slot.type.encoding.get("swizzle")  # type: ignore[union-attr]
+        base = _slot_descriptor(ctx, ctx.get(slot)[0], make_descriptor_mn(0, swizzle, k))
     atom = swizzle // 2
     return base, lambda nb, kk: (nb * n_instr // atom) * k * swizzle + 16 * kk * swizzle, 1
 
@@ -377,15 +415,16 @@ def _linear(ctx: KernelContext, coords: list[str], bits: tuple[int, int], offset
     return acc
 
 
-def _descriptor_base(ctx: KernelContext, swizzle: int, num_warps: int, tile_bytes: int, region: int) -> str:
-    """The descriptor of smem + region (+ the warpgroup's A tile when num_warps > 4), in the prologue."""
+def _descriptor_base(ctx: KernelContext, const: int, num_warps: int, tile_bytes: int, region: int) -> str:
+    """The descriptor of smem + region (+ the warpgroup's A tile when num_warps > 4), in the prologue; `const`: the
+    descriptor's address-free bits (make_descriptor / make_descriptor_mn at address 0)."""
     addr = ctx._pro(("stage_at", ctx.smem, region), "b32", f"add.u32 {{d}}, {ctx.smem}, {region};")
     if num_warps > WARPGROUP_WARPS:
         wg = warpgroup_index(ctx, num_warps)
         addr = ctx._pro(("wg_tile", addr, tile_bytes), "b32", f"mad.lo.u32 {{d}}, {wg}, {tile_bytes}, {addr};")
     masked = ctx._pro(("desc_addr", addr), "b32", f"bfe.u32 {{d}}, {addr}, 4, 14;")  # (addr & 0x3FFFF) >> 4
     wide = ctx._pro(("desc_wide", masked), "b64", f"cvt.u64.u32 {{d}}, {masked};")
-    return ctx._pro(("desc", wide, swizzle), "b64", f"or.b64 {{d}}, {wide}, {make_descriptor(0, swizzle):#x};")
+    return ctx._pro(("desc", wide, const), "b64", f"or.b64 {{d}}, {wide}, {const:#x};")
 
 
 def warpgroup_index(ctx: KernelContext, num_warps: int) -> str:

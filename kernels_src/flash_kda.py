@@ -71,6 +71,9 @@ RECURRENCE_PREFETCH = True
 # H200 (2026-12-02 19:27 UTC, tools/flash_kda_variants.py --transposed=yes): the recurrence 500.7 -> 540.2 us at B1
 # T8192 H12, 2403.7 -> 2586.6 us at B1 T32768 H16 (docs/kernels/flash_kda.md).
 RECURRENCE_TRANSPOSED = False
+# phase 2's output pass computes w S and qg S as one [w; qg] S dot (the state staged once, not twice); opt-in until
+# measured (docs/kernels/flash_kda.md, 2026-12-06)
+RECURRENCE_FUSED_WQ = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
 # serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy). tf32x3 is built, not timed.
@@ -532,7 +535,8 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                           TRANSITION: mt.constexpr, HAS_H0: mt.constexpr, STORE_HT: mt.constexpr,
                           STATE_PRECISION: mt.constexpr, CARRIED: mt.constexpr = False,
                           PREFETCH: mt.constexpr = False, LINES_K: mt.constexpr = 1, LINES_V: mt.constexpr = 1,
-                          LINES_T: mt.constexpr = 1, TRANSPOSED: mt.constexpr = False):
+                          LINES_T: mt.constexpr = 1, TRANSPOSED: mt.constexpr = False,
+                          FUSED_WQ: mt.constexpr = False):
     """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
 
     CARRIED (RECURRENCE_CARRIED): the dot operands w, qg, Aqk are read through carried pointer tiles advanced a chunk
@@ -550,6 +554,10 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     PREFETCH (RECURRENCE_PREFETCH): at the top of each chunk, the next chunk's operand lines are prefetched into L1
     (LINES_K / LINES_V / LINES_T lines per K / BV / BT row of bf16), so its loads hit L1 instead of waiting out an
     L2 or DRAM round trip each chunk: the serial chain's loads are otherwise issued with nothing in flight behind.
+
+    FUSED_WQ (RECURRENCE_FUSED_WQ; output mode, state not transposed or carried): `w S` and `qg S` are one
+    [w; qg] S dot ([2 BT, K] x [K, BV]), so the state is staged as a B operand once a chunk instead of twice, and
+    o = Aqk v_new + (its lower half).
 
     TRANSPOSED (RECURRENCE_TRANSPOSED): the state is held as S^T [BV, K] and every product is transposed with it
     (v_new^T = u^T - S^T w^T, o^T = S^T qg^T + v_new^T Aqk^T, S^T = S^T diag(decay) + v_new^T kg). S^T and v_new^T
@@ -630,13 +638,21 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         chunk = chunk0 + (t0 - start) // BT
         decay = mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk)
         state_lo = state.to(mt.bfloat16)
-        if TRANSPOSED:
+        if FUSED_WQ:
+            qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
+            aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None], other=0.0)
+            wq_s = mt.dot(mt.cat((w, qg), 0), state_lo)
+            v_new = u - wq_s[0:BT, :]
+            v_lo = v_new.to(mt.bfloat16)
+            o = mt.dot(aqk, v_lo, wq_s[BT:2 * BT, :])
+            mt.store(o_ptr + base * V + (rt_h[:, None] * V + cols[None, :]), o, mask=valid[:, None])
+        elif TRANSPOSED:
             v_t = u_t - mt.dot(state_lo, mt.trans(w))
             v_t_lo = v_t.to(mt.bfloat16)
         else:
             v_new = u - mt.dot(w, state_lo)
             v_lo = v_new.to(mt.bfloat16)
-        if not TRANSITION:
+        if not TRANSITION and not FUSED_WQ:
             if CARRIED:
                 qg = mt.load(qg_ptrs, mask=valid[:, None], other=0.0)
                 aqk = mt.load(aqk_ptrs, mask=valid[:, None], other=0.0)
@@ -983,7 +999,8 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         H, *h0_strides, *ht_strides), K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
         STORE_HT=ht is not None, STATE_PRECISION=STATE_PRECISION, CARRIED=RECURRENCE_CARRIED,
         PREFETCH=RECURRENCE_PREFETCH, LINES_K=_lines(K), LINES_V=_lines(bv), LINES_T=_lines(CHUNK),
-        TRANSPOSED=RECURRENCE_TRANSPOSED,
+        TRANSPOSED=RECURRENCE_TRANSPOSED, FUSED_WQ=RECURRENCE_FUSED_WQ and not (
+            transition or RECURRENCE_TRANSPOSED or RECURRENCE_CARRIED),
         num_warps=recurrence_warps(programs, _num_sms(segments.device)))
 
 

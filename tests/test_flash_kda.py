@@ -198,16 +198,18 @@ def test_context_parallel_segments(interpret, state_v_first):
     assert kda_ref.relative_error(o, o_cp) <= 1e-3
 
 
+@pytest.mark.parametrize("knob", ["RECURRENCE_TRANSPOSED", "RECURRENCE_FUSED_WQ"])
 @pytest.mark.parametrize("state_v_first", [False, True])
-def test_transposed_recurrence(interpret, monkeypatch, state_v_first):
-    """RECURRENCE_TRANSPOSED (the state held as S^T, the A operand of its products in place): against the float64
-    reference, and the same answer as the untransposed recurrence, with context-parallel transitions (the
-    augmented [M | E] state transposed too) and varlen with an initial state."""
+def test_recurrence_forms(interpret, monkeypatch, knob, state_v_first):
+    """The opt-in forms of the recurrence's products: RECURRENCE_TRANSPOSED (the state held as S^T, the A operand
+    of its products in place; context-parallel transitions transpose the augmented [M | E] state too) and
+    RECURRENCE_FUSED_WQ (w S and qg S as one [w; qg] S dot). Against the float64 reference, and the same answer
+    as the default recurrence, varlen with initial states and context parallelism."""
     cu = torch.tensor([0, 150, 170, 300])
     x = make_inputs(1, 300, 2, 16, 32, seed=12, n_states=3, state_v_first=state_v_first)
     o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
                                context_parallel=True, cp_segment_len=64)
-    monkeypatch.setattr(flash_kda, "RECURRENCE_TRANSPOSED", True)
+    monkeypatch.setattr(flash_kda, knob, True)
     check(x, cu_seqlens=cu, state_v_first=state_v_first, context_parallel=True, cp_segment_len=64)
     o_t, s_t = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
                                    context_parallel=True, cp_segment_len=64)
@@ -391,7 +393,8 @@ def test_gpu_matches_reference(T, H, init):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("knob, value", [("INTRA_SCAN_LAYOUT", True), ("MERGE_PRECISION", "tf32x3")])
+@pytest.mark.parametrize("knob, value", [("INTRA_SCAN_LAYOUT", True), ("MERGE_PRECISION", "tf32x3"),
+                                         ("RECURRENCE_FUSED_WQ", True)])
 def test_gpu_opt_in_knobs_t1000(monkeypatch, knob, value):
     """The opt-in FlashKDA forms on the H200 (K = V = 128, T = 1000 H = 4, an initial state, context parallelism
     forced so that the merge runs): the oracle's bounds, and the same answer as the defaults within 1e-3."""
@@ -447,6 +450,7 @@ def test_gpu_matches_fla(T, H):
     (64, 64, 32, 130, True, "carried"),   # 24 KB a stage: the rings go to dynamic shared memory; a ragged last chunk
     (64, 64, 32, 130, False, "prefetch"),  # the next chunk's lines prefetched; its masks stop at the ragged end
     (64, 64, 64, 130, False, "transposed"),  # the state held as S^T [64, 64] on warps [4, 1]: A of its products
+    (64, 64, 64, 130, False, "fused"),  # w S and qg S as one [w; qg] S dot
 ])
 def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPatch, k_dim: int, bt: int, bv: int,
                                                     tokens: int, dynamic: bool, mode: str) -> None:
@@ -454,7 +458,8 @@ def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPa
     pipeline pass), and the compiled PTX, run on the PTX simulator (groups, ring slots and races checked), gives
     the interpreter's o and final state (to fp32 reassociation: 1e-6). With PREFETCH (RECURRENCE_PREFETCH) instead:
     the interpreter checks that every unmasked prefetch points into its tensor (one past the last chunk would not),
-    and the PTX has one prefetch.global.L1 per operand tile and the same results."""
+    and the PTX has one prefetch.global.L1 per operand tile and the same results. TRANSPOSED and FUSED_WQ: the
+    same results from their forms of the products."""
     from ptx_helpers import clone_args
     from ptx_sim import run_ptx
 
@@ -478,7 +483,7 @@ def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPa
     const = dict(K=k_dim, V=k_dim, BT=bt, BV=bv, TRANSITION=False, HAS_H0=True, STORE_HT=True,
                  STATE_PRECISION="tf32", CARRIED=mode == "carried", PREFETCH=mode == "prefetch",
                  LINES_K=flash_kda._lines(k_dim), LINES_V=flash_kda._lines(bv), LINES_T=flash_kda._lines(bt),
-                 TRANSPOSED=mode == "transposed")
+                 TRANSPOSED=mode == "transposed", FUSED_WQ=mode == "fused")
     programs = k_dim // bv * H
     monkeypatch.setenv("MINITRITON_INTERPRET", "1")
     want = clone_args(args)
@@ -495,6 +500,9 @@ def test_carried_recurrence_ptx_matches_interpreter(monkeypatch: pytest.MonkeyPa
     elif mode == "transposed":  # S^T renamed into the A operands: the only staged tiles are w, qg, Aqk and kg
         lowered = list(compiled.ir.values())[-1]
         assert "kPairs = 1" in lowered and "cp.async" not in compiled.ptx
+    elif mode == "fused":  # one state product per chunk besides Aqk v_new and the update: 3 dots, not 4
+        lowered = list(compiled.ir.values())[-1]
+        assert lowered.count('"mt.dot"') == 3 and "cp.async" not in compiled.ptx
     else:
         assert compiled.ptx.count("cp.async.cg") > 0
     assert (compiled.metadata.get("dynamic_shared") or 0) > 0 if dynamic else not compiled.metadata.get("dynamic_shared")

@@ -544,6 +544,21 @@ def test_simulated_dots_match_the_interpreter(m: int, n: int, k: int, t: Any, a_
     assemble(ptx)
 
 
+@pytest.mark.parametrize("m, n, k, warps", [(64, 16, 64, 4), (64, 32, 32, 4), (64, 64, 128, 4), (128, 128, 64, 8)])
+def test_wgmma_stages_a_row_major_b_mn_major(m: int, n: int, k: int, warps: int, gen: torch.Generator) -> None:
+    """A B loaded row-major (registers along N) is staged MN-major in 4- to 16-byte vectors and read with
+    imm-trans-b = 1 (32-, 64- and 128-byte swizzles by n-block width), not stored K-major 2 bytes at a time; the
+    simulator reads it through the MN-major descriptor and gets the interpreter's product. B^T (registers along K)
+    stays K-major (trans-b 0)."""
+    ptx = _compare(dot_maker(m, n, k, bf16, False, False, warps, "wgmma"), (1,),
+                   dot_args(gen, m, n, k, torch.bfloat16, False, False), [2], 1e-5)
+    wgmmas = re.findall(r"wgmma\.mma_async[^;]*, 1, 1, 1, 0, (\d);", ptx)
+    assert wgmmas and set(wgmmas) == {"1"}
+    assert "st.shared.b16" not in ptx
+    transposed = lower(dot_maker(m, n, k, bf16, False, True, warps, "wgmma"))[0]
+    assert set(re.findall(r"wgmma\.mma_async[^;]*, 1, 1, 1, 0, (\d);", transposed)) == {"0"}
+
+
 def _matmul_ptx(instruction: str) -> tuple[str, str, list[Any]]:
     ptx, name, _ = lower(matmul_maker(instruction=instruction))
     return ptx, name, matmul_args(torch.Generator().manual_seed(1), 64, 64, 32)

@@ -2,7 +2,7 @@
 
     python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
                                        [--transposed=yes] [--recurrence-warps=4,8] [--scan-layout=yes]
-                                       [--merge-precision=tf32x3]
+                                       [--merge-precision=tf32x3] [--fused-wq=yes]
                                                           [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
@@ -100,7 +100,7 @@ def knob(name: str, value: object) -> Iterator[None]:
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False,
         transposed: bool = False, recurrence_warps: tuple[int, ...] = (), scan_layout: bool = False,
-        merge_precision: str = "") -> None:
+        merge_precision: str = "", fused_wq: bool = False) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
@@ -145,6 +145,9 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         if merge_precision:  # the context-parallel merge's compositions
             with knob("MERGE_PRECISION", merge_precision):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, merge in {merge_precision}", p, base)
+        if fused_wq:  # the output pass's w S and qg S as one [w; qg] S dot
+            with knob("RECURRENCE_FUSED_WQ", True):
+                time_against_sub16(f"B={B} T={T} H={H} sliced, fused [w; qg] S", p, base)
         for warps in recurrence_warps:  # phase 2's warps forced for every launch
             with knob("RECURRENCE_WARPS", warps):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
@@ -218,7 +221,8 @@ def main() -> None:
         static()
         return
     options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no",
-               "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no", "--merge-precision": ""}
+               "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no", "--merge-precision": "",
+               "--fused-wq": "no"}
     while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
         options[name] = value
@@ -227,7 +231,7 @@ def main() -> None:
     gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES, blocks, variants,  # type: ignore[misc]
         options["--carried"] != "no", options["--prefetch"] != "no", options["--transposed"] != "no",
         tuple(int(w) for w in options["--recurrence-warps"].split(",") if w), options["--scan-layout"] != "no",
-        options["--merge-precision"])
+        options["--merge-precision"], options["--fused-wq"] != "no")
 
 
 if __name__ == "__main__":
