@@ -52,8 +52,9 @@ INTRA_WARPS = 8
 INTRA_VARIANT = "sliced"
 # The sliced phase 1's gate loaded in a scan-friendly layout (kda_intra_chunk_sliced_kernel SCAN_LAYOUT): at K3 its
 # PTX 7062 -> 5920 instructions, ld.shared 327 -> 83, st.shared 430 -> 439, bar.sync 80 -> 81, spills 40 -> 28 B
-# (docs/kernels/flash_kda.md). Off: built 2026-12-02 after the device time ran out; not yet timed.
-INTRA_SCAN_LAYOUT = False
+# (docs/kernels/flash_kda.md). Measured (H100, 2026-12-06, tools/flash_kda_variants.py, same run): phase 1 456.4 ->
+# 356.0 us at B1 T8192 H12, 2419.0 -> 1841.5 us at B1 T32768 H16 (-22% / -24%). On.
+INTRA_SCAN_LAYOUT = True
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -71,13 +72,15 @@ RECURRENCE_PREFETCH = True
 # H200 (2026-12-02 19:27 UTC, tools/flash_kda_variants.py --transposed=yes): the recurrence 500.7 -> 540.2 us at B1
 # T8192 H12, 2403.7 -> 2586.6 us at B1 T32768 H16 (docs/kernels/flash_kda.md).
 RECURRENCE_TRANSPOSED = False
-# phase 2's output pass computes w S and qg S as one [w; qg] S dot (the state staged once, not twice); opt-in until
-# measured (docs/kernels/flash_kda.md, 2026-12-06)
-RECURRENCE_FUSED_WQ = False
+# Phase 2's output pass computes w S and qg S as one [w; qg] S dot (kda_recurrence_kernel FUSED_WQ: the state staged
+# once a chunk, not twice). Measured (H100, 2026-12-06, same run): the recurrence 480.2 -> 461.2 us at B1 T8192 H12,
+# 2354.6 -> 2187.5 us at B1 T32768 H16 (-4% / -7%). On.
+RECURRENCE_FUSED_WQ = True
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
-# serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy). tf32x3 is built, not timed.
-MERGE_PRECISION = "ieee"
+# serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy: ~2^-21 a product). Measured (H100,
+# 2026-12-06, same run): 69.7 -> 35.0 us at B1 T8192 H12, 53.3 -> 27.3 us at B1 T32768 H16. tf32x3.
+MERGE_PRECISION = "tf32x3"
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
 STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
 EXP2_CAP = 120.0  # log2 cap of the dropped score columns' factor: finite, never selected

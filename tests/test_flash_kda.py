@@ -198,18 +198,18 @@ def test_context_parallel_segments(interpret, state_v_first):
     assert kda_ref.relative_error(o, o_cp) <= 1e-3
 
 
-@pytest.mark.parametrize("knob", ["RECURRENCE_TRANSPOSED", "RECURRENCE_FUSED_WQ"])
+@pytest.mark.parametrize("knob, value", [("RECURRENCE_TRANSPOSED", True), ("RECURRENCE_FUSED_WQ", False)])
 @pytest.mark.parametrize("state_v_first", [False, True])
-def test_recurrence_forms(interpret, monkeypatch, knob, state_v_first):
-    """The opt-in forms of the recurrence's products: RECURRENCE_TRANSPOSED (the state held as S^T, the A operand
-    of its products in place; context-parallel transitions transpose the augmented [M | E] state too) and
-    RECURRENCE_FUSED_WQ (w S and qg S as one [w; qg] S dot). Against the float64 reference, and the same answer
-    as the default recurrence, varlen with initial states and context parallelism."""
+def test_recurrence_forms(interpret, monkeypatch, knob, value, state_v_first):
+    """The other forms of the recurrence's products: RECURRENCE_TRANSPOSED (opt-in: the state held as S^T, the A
+    operand of its products in place; context-parallel transitions transpose the augmented [M | E] state too) and
+    RECURRENCE_FUSED_WQ off (w S and qg S as two dots; the default fuses them). Against the float64 reference,
+    and the same answer as the default recurrence, varlen with initial states and context parallelism."""
     cu = torch.tensor([0, 150, 170, 300])
     x = make_inputs(1, 300, 2, 16, 32, seed=12, n_states=3, state_v_first=state_v_first)
     o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
                                context_parallel=True, cp_segment_len=64)
-    monkeypatch.setattr(flash_kda, knob, True)
+    monkeypatch.setattr(flash_kda, knob, value)
     check(x, cu_seqlens=cu, state_v_first=state_v_first, context_parallel=True, cp_segment_len=64)
     o_t, s_t = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
                                    context_parallel=True, cp_segment_len=64)
@@ -218,10 +218,12 @@ def test_recurrence_forms(interpret, monkeypatch, knob, state_v_first):
 
 
 def test_tf32x3_merge_matches_the_f32_merge(interpret, monkeypatch):
-    """MERGE_PRECISION "tf32x3" composes the segment maps to f32-level accuracy: the same final state and output as
-    the CUDA-core merge within 1e-5, varlen with initial states."""
+    """MERGE_PRECISION "tf32x3" (the default) composes the segment maps to f32-level accuracy: the same final state
+    and output as the CUDA-core merge ("ieee") within 1e-5, varlen with initial states."""
     cu = torch.tensor([0, 150, 170, 300])
     x = make_inputs(1, 300, 2, 16, 32, seed=14, n_states=3)
+    assert flash_kda.MERGE_PRECISION == "tf32x3"
+    monkeypatch.setattr(flash_kda, "MERGE_PRECISION", "ieee")
     o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, context_parallel=True, cp_segment_len=64)
     monkeypatch.setattr(flash_kda, "MERGE_PRECISION", "tf32x3")
     o3, s3 = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, context_parallel=True,
@@ -284,7 +286,7 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 }
 
 
-@pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_scan_layout"])
+@pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -302,9 +304,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
         launches.append((kernel, grid, before, list(args), constexprs))
 
     monkeypatch.setattr(flash_kda, "_launch", record)
-    if variant == "sliced_scan_layout":  # the sliced phase 1 with its gate in the scan layout
+    if variant == "sliced_coalesced_gate":  # the sliced phase 1 with its gate loaded coalesced (not the scan layout)
         variant = "sliced"
-        monkeypatch.setattr(flash_kda, "INTRA_SCAN_LAYOUT", True)
+        monkeypatch.setattr(flash_kda, "INTRA_SCAN_LAYOUT", False)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
@@ -393,10 +395,10 @@ def test_gpu_matches_reference(T, H, init):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("knob, value", [("INTRA_SCAN_LAYOUT", True), ("MERGE_PRECISION", "tf32x3"),
-                                         ("RECURRENCE_FUSED_WQ", True)])
-def test_gpu_opt_in_knobs_t1000(monkeypatch, knob, value):
-    """The opt-in FlashKDA forms on the H200 (K = V = 128, T = 1000 H = 4, an initial state, context parallelism
+@pytest.mark.parametrize("knob, value", [("INTRA_SCAN_LAYOUT", False), ("MERGE_PRECISION", "ieee"),
+                                         ("RECURRENCE_FUSED_WQ", False)])
+def test_gpu_other_forms_t1000(monkeypatch, knob, value):
+    """The non-default FlashKDA forms (the defaults since 2026-12-06) on the H200 (K = V = 128, T = 1000 H = 4, an initial state, context parallelism
     forced so that the merge runs): the oracle's bounds, and the same answer as the defaults within 1e-3."""
     x = make_inputs(1, 1000, 4, 128, 128, seed=6, init=True, device="cuda")
     o, s = flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True)

@@ -2,7 +2,7 @@
 
     python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
                                        [--transposed=yes] [--recurrence-warps=4,8] [--scan-layout=yes]
-                                       [--merge-precision=tf32x3] [--fused-wq=yes]
+                                       [--merge-precision=ieee] [--fused-wq=yes]
                                                           [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
@@ -12,6 +12,8 @@ GPU mode, per variant: (1) the oracle check of tests/test_flash_kda.py at T=1000
 and final state against the sub16 variant's (same bounds); (2) per-kernel GPU time (torch.profiler, mean of
 tools/profile_kernels.REPEAT calls) at each shape (default B1 T32768 H16 and B1 T8192 H12, K=V=128), ours for each
 variant and fla's chunk_kda on the same tensors. A variant that fails its check is reported and not timed.
+--scan-layout=yes and --fused-wq=yes time the form of that knob (INTRA_SCAN_LAYOUT, RECURRENCE_FUSED_WQ) that the
+default is not; --merge-precision=P times the merge in P.
 
 --static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
 specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
@@ -139,15 +141,19 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         if prefetch:  # phase 2 prefetches the next chunk's operand lines into L1 (flash_kda.RECURRENCE_PREFETCH)
             flash_kda.RECURRENCE_PREFETCH = True
             time_against_sub16(f"B={B} T={T} H={H} sliced, prefetched recurrence", p, base)
-        if scan_layout:  # the sliced phase 1's gate in the scan layout
-            with knob("INTRA_SCAN_LAYOUT", True):
-                time_against_sub16(f"B={B} T={T} H={H} sliced, gate in the scan layout", p, base)
+        if scan_layout:  # the sliced phase 1's gate in the other layout than the default's
+            scan = not flash_kda.INTRA_SCAN_LAYOUT
+            with knob("INTRA_SCAN_LAYOUT", scan):
+                time_against_sub16(f"B={B} T={T} H={H} sliced, gate {'in the scan layout' if scan else 'coalesced'}",
+                                   p, base)
         if merge_precision:  # the context-parallel merge's compositions
             with knob("MERGE_PRECISION", merge_precision):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, merge in {merge_precision}", p, base)
-        if fused_wq:  # the output pass's w S and qg S as one [w; qg] S dot
-            with knob("RECURRENCE_FUSED_WQ", True):
-                time_against_sub16(f"B={B} T={T} H={H} sliced, fused [w; qg] S", p, base)
+        if fused_wq:  # the output pass's w S and qg S fused or not, whichever the default is not
+            fused = not flash_kda.RECURRENCE_FUSED_WQ
+            with knob("RECURRENCE_FUSED_WQ", fused):
+                time_against_sub16(f"B={B} T={T} H={H} sliced, {'fused [w; qg] S' if fused else 'w S and qg S apart'}",
+                                   p, base)
         for warps in recurrence_warps:  # phase 2's warps forced for every launch
             with knob("RECURRENCE_WARPS", warps):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
