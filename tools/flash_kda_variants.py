@@ -2,7 +2,7 @@
 
     python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
                                        [--transposed=yes] [--recurrence-warps=4,8] [--scan-layout=yes]
-                                       [--merge-precision=ieee] [--fused-wq=yes]
+                                       [--merge-precision=ieee] [--fused-wq=yes] [--segment-lens=1408,1664]
                                                           [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
@@ -13,7 +13,8 @@ and final state against the sub16 variant's (same bounds); (2) per-kernel GPU ti
 tools/profile_kernels.REPEAT calls) at each shape (default B1 T32768 H16 and B1 T8192 H12, K=V=128), ours for each
 variant and fla's chunk_kda on the same tensors. A variant that fails its check is reported and not timed.
 --scan-layout=yes and --fused-wq=yes time the form of that knob (INTRA_SCAN_LAYOUT, RECURRENCE_FUSED_WQ) that the
-default is not; --merge-precision=P times the merge in P.
+default is not; --merge-precision=P times the merge in P; --segment-lens=L,... times the defaults with the
+context-parallel segment length forced to each L (tokens, a multiple of 64) at every shape.
 
 --static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
 specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
@@ -102,7 +103,7 @@ def knob(name: str, value: object) -> Iterator[None]:
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False,
         transposed: bool = False, recurrence_warps: tuple[int, ...] = (), scan_layout: bool = False,
-        merge_precision: str = "", fused_wq: bool = False) -> None:
+        merge_precision: str = "", fused_wq: bool = False, segment_lens: tuple[int, ...] = ()) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
@@ -154,6 +155,8 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
             with knob("RECURRENCE_FUSED_WQ", fused):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, {'fused [w; qg] S' if fused else 'w S and qg S apart'}",
                                    p, base)
+        for seg_len in segment_lens:  # the context-parallel split forced: chain length against program count
+            time_against_sub16(f"B={B} T={T} H={H} sliced, segments of {seg_len}", p, base, seg_len)
         for warps in recurrence_warps:  # phase 2's warps forced for every launch
             with knob("RECURRENCE_WARPS", warps):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
@@ -228,7 +231,7 @@ def main() -> None:
         return
     options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no",
                "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no", "--merge-precision": "",
-               "--fused-wq": "no"}
+               "--fused-wq": "no", "--segment-lens": ""}
     while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
         options[name] = value
@@ -237,7 +240,8 @@ def main() -> None:
     gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES, blocks, variants,  # type: ignore[misc]
         options["--carried"] != "no", options["--prefetch"] != "no", options["--transposed"] != "no",
         tuple(int(w) for w in options["--recurrence-warps"].split(",") if w), options["--scan-layout"] != "no",
-        options["--merge-precision"], options["--fused-wq"] != "no")
+        options["--merge-precision"], options["--fused-wq"] != "no",
+        tuple(int(n) for n in options["--segment-lens"].split(",") if n))
 
 
 if __name__ == "__main__":

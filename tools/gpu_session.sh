@@ -14,8 +14,8 @@
 #   sanitize   tools/sanitize.sh          compute-sanitizer memcheck / racecheck on every kernel family
 #   ncu        tools/ncu_profile.sh       Nsight Compute: speed of light, occupancy, stall reasons per K3 / GEMM kernel
 # LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200. KDA_ARGS / KDA_BENCH_ARGS / WARP_ARGS /
-# GEMM_ARGS / FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files,
-# FLASH_TESTS_K the FlashKDA tests' -k filter (none: skip them).
+# GEMM_ARGS / FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files (none: only
+# the FlashKDA tests), FLASH_TESTS_K the FlashKDA tests' -k filter (none: skip them).
 # A missing tool is reported and skipped. Exits non-zero when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +56,7 @@ gpu_tests() {
     # the warp-specialized GEMM last: a protocol bug there hangs (each config runs in a process of its own)
     local files=${GPU_TESTS:-"tests/test_runtime.py tests/test_kda_decode.py tests/test_warp_decode.py tests/test_examples_gpu.py tests/test_barrier.py tests/test_early_return.py tests/test_ptx.py tests/test_pipeline.py tests/test_warp_specialize.py"}
     local rc=0
+    [ "$files" = none ] && files=""  # GPU_TESTS=none: only the FlashKDA tests (FLASH_TESTS_K)
     for f in $files; do
         python3 -m pytest -m gpu -q -p no:cacheprovider "$f" 2>&1 | tail -n 3 | sed "s|^|$(basename "$f" .py): |"
         [ "${PIPESTATUS[0]}" -eq 0 ] || [ "${PIPESTATUS[0]}" -eq 5 ] || rc=1
