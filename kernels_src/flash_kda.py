@@ -55,6 +55,9 @@ INTRA_VARIANT = "sliced"
 # (docs/kernels/flash_kda.md). Measured (H100, 2026-12-06, tools/flash_kda_variants.py, same run): phase 1 456.4 ->
 # 356.0 us at B1 T8192 H12, 2419.0 -> 1841.5 us at B1 T32768 H16 (-22% / -24%). On.
 INTRA_SCAN_LAYOUT = True
+# The sliced phase 1 stores w, u and the Aqk rows from their mma accumulators' layouts (kda_intra_chunk_sliced_kernel
+# ACC_STORES) instead of converting each to the coalesced layout through shared memory. Built 2026-12-06, not timed.
+INTRA_ACC_STORES = False
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -117,6 +120,24 @@ def _load_cols(ptr, base, row_h, valid, COLS: mt.constexpr, C0: mt.constexpr, CW
 def _store_cols(ptr, base, row_h, valid, x, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr):
     cols = C0 + mt.arange(0, CW)
     mt.store(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), x, mask=valid[:, None])
+
+
+@mt.func
+def _store_block(ptr, base, start, end, H, x, COLS: mt.constexpr, R0: mt.constexpr, R: mt.constexpr,
+                 C0: mt.constexpr, CW: mt.constexpr, LAYOUT: mt.constexpr):
+    """x ([R, CW]) into rows R0..R0+R and columns C0..C0+CW of the chunk's rows of a [tokens, H, COLS] tensor,
+    stored from register layout LAYOUT (an accumulator's thread map: no conversion through shared memory). The row
+    indices and mask are fresh index math, so they are made in LAYOUT rather than converted into it."""
+    ri = R0 + mt.arange(0, R)
+    cols = C0 + mt.arange(0, CW)
+    mt.store(ptr + base * COLS + ((ri * H)[:, None] * COLS + cols[None, :]), x, mask=(start + ri < end)[:, None],
+             layout=LAYOUT)
+
+
+@mt.func
+def _accumulator_layout(WM: mt.constexpr, WN: mt.constexpr):
+    """The blocked layout an mma.sync accumulator on warps [WM, WN] is a register renaming of."""
+    return mt.blocked([1, 2], [8, 4], [WM, WN], [1, 0])
 
 
 @mt.func
@@ -269,7 +290,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                                   w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
                                   K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr,
                                   SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
-                                  WARPS: mt.constexpr = 8):
+                                  WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False):
     """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
     slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
     warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
@@ -281,6 +302,10 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     and a warp all BT = 64 rows (`_scan_layout`), so its cumsum is 8 adds in the thread and 3 shuffle rounds,
     with no cross-warp exchange; otherwise it is loaded coalesced and the scan crosses the 8 warps through
     shared memory (22% of the kernel's PTX at K3).
+    
+    ACC_STORES (INTRA_ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
+    (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
+    shared memory first. At K3: bar.sync 81 -> 57, spills 28 -> 0 B, st.global 21 -> 49 (narrower stores).
     """
     chunk = mt.program_id(0)
     h = mt.program_id(1)
@@ -356,8 +381,12 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                 cols = cols + (mt.zeros((SUB, K), mt.float32),)
         col_t = mt.trans(mt.cat(cols, 0))
         a_s = mt.dot(q_rel, col_t, input_precision="tf32")
-        mt.store(aqk_ptr + base * BT + (rows_h[:, None] * BT + cj), mt.where(ri[:, None] >= cj, a_s * scale, 0.0),
-                 mask=valid_s[:, None])
+        if ACC_STORES:
+            _store_block(aqk_ptr, base, start, end, H, mt.where(ri[:, None] >= cj, a_s * scale, 0.0), BT, s * SUB,
+                         SUB, 0, BT, _accumulator_layout(1, WARPS))
+        else:
+            mt.store(aqk_ptr + base * BT + (rows_h[:, None] * BT + cj),
+                     mt.where(ri[:, None] >= cj, a_s * scale, 0.0), mask=valid_s[:, None])
         # L = Diag(beta) K Gamma K^T (beta on the row side: the dot's mma layout then stays out of the [16, K]
         # tiles), tf32 like Aqk: both dots then share one staging of col_t as the B operand
         l_s = mt.dot(k_rel * b_s[:, None], col_t, input_precision="tf32")
@@ -371,11 +400,18 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     WK = min(K, BT)
     for c in mt.static_range(K // WK):
         w = mt.dot(ainv, k_wy[:, c * WK:(c + 1) * WK], input_precision="tf32")
-        _store_cols(w_ptr, base, row_h, valid, w, K, c * WK, WK)
+        if ACC_STORES:
+            _store_block(w_ptr, base, start, end, H, w, K, 0, BT, c * WK, WK, _accumulator_layout(4, WARPS // 4))
+        else:
+            _store_cols(w_ptr, base, row_h, valid, w, K, c * WK, WK)
     WV = min(V, BT)
     for c in mt.static_range(V // WV):
         vb = _load_cols(v_ptr, base, row_h, valid, V, c * WV, WV) * b[:, None]
-        _store_cols(u_ptr, base, row_h, valid, mt.dot(ainv, vb, input_precision="tf32"), V, c * WV, WV)
+        u = mt.dot(ainv, vb, input_precision="tf32")
+        if ACC_STORES:
+            _store_block(u_ptr, base, start, end, H, u, V, 0, BT, c * WV, WV, _accumulator_layout(4, WARPS // 4))
+        else:
+            _store_cols(u_ptr, base, row_h, valid, u, V, c * WV, WV)
     mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
 
 
@@ -970,8 +1006,8 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel = kda_intra_chunk_kernel
     else:
         kernel = kda_intra_chunk_sliced_kernel
-        if INTRA_SCAN_LAYOUT:
-            scan = dict(SCAN_LAYOUT=True, WARPS=INTRA_WARPS)
+        if INTRA_SCAN_LAYOUT or INTRA_ACC_STORES:
+            scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=INTRA_ACC_STORES)
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
 

@@ -3,6 +3,7 @@
     python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
                                        [--transposed=yes] [--recurrence-warps=4,8] [--scan-layout=yes]
                                        [--merge-precision=ieee] [--fused-wq=yes] [--segment-lens=1408,1664]
+                                       [--acc-stores=yes]
                                                           [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
@@ -12,9 +13,10 @@ GPU mode, per variant: (1) the oracle check of tests/test_flash_kda.py at T=1000
 and final state against the sub16 variant's (same bounds); (2) per-kernel GPU time (torch.profiler, mean of
 tools/profile_kernels.REPEAT calls) at each shape (default B1 T32768 H16 and B1 T8192 H12, K=V=128), ours for each
 variant and fla's chunk_kda on the same tensors. A variant that fails its check is reported and not timed.
---scan-layout=yes and --fused-wq=yes time the form of that knob (INTRA_SCAN_LAYOUT, RECURRENCE_FUSED_WQ) that the
-default is not; --merge-precision=P times the merge in P; --segment-lens=L,... times the defaults with the
-context-parallel segment length forced to each L (tokens, a multiple of 64) at every shape.
+--scan-layout=yes, --fused-wq=yes and --acc-stores=yes time the form of that knob (INTRA_SCAN_LAYOUT,
+RECURRENCE_FUSED_WQ, INTRA_ACC_STORES) that the default is not; --merge-precision=P times the merge in P;
+--segment-lens=L,... times the defaults with the context-parallel segment length forced to each L (tokens, a
+multiple of 64) at every shape.
 
 --static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
 specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
@@ -103,7 +105,8 @@ def knob(name: str, value: object) -> Iterator[None]:
 def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False,
         transposed: bool = False, recurrence_warps: tuple[int, ...] = (), scan_layout: bool = False,
-        merge_precision: str = "", fused_wq: bool = False, segment_lens: tuple[int, ...] = ()) -> None:
+        merge_precision: str = "", fused_wq: bool = False, segment_lens: tuple[int, ...] = (),
+        acc_stores: bool = False) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
@@ -147,6 +150,11 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
             with knob("INTRA_SCAN_LAYOUT", scan):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, gate {'in the scan layout' if scan else 'coalesced'}",
                                    p, base)
+        if acc_stores:  # phase 1's w, u, Aqk stored from their accumulators' layouts, or converted first
+            direct = not flash_kda.INTRA_ACC_STORES
+            with knob("INTRA_ACC_STORES", direct):
+                form = "stores from the accumulators" if direct else "coalesced stores"
+                time_against_sub16(f"B={B} T={T} H={H} sliced, {form}", p, base)
         if merge_precision:  # the context-parallel merge's compositions
             with knob("MERGE_PRECISION", merge_precision):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, merge in {merge_precision}", p, base)
@@ -231,7 +239,7 @@ def main() -> None:
         return
     options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no",
                "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no", "--merge-precision": "",
-               "--fused-wq": "no", "--segment-lens": ""}
+               "--fused-wq": "no", "--segment-lens": "", "--acc-stores": "no"}
     while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
         options[name] = value
@@ -241,7 +249,7 @@ def main() -> None:
         options["--carried"] != "no", options["--prefetch"] != "no", options["--transposed"] != "no",
         tuple(int(w) for w in options["--recurrence-warps"].split(",") if w), options["--scan-layout"] != "no",
         options["--merge-precision"], options["--fused-wq"] != "no",
-        tuple(int(n) for n in options["--segment-lens"].split(",") if n))
+        tuple(int(n) for n in options["--segment-lens"].split(",") if n), options["--acc-stores"] != "no")
 
 
 if __name__ == "__main__":
