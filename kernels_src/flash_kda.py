@@ -55,9 +55,10 @@ INTRA_VARIANT = "sliced"
 # (docs/kernels/flash_kda.md). Measured (H100, 2026-12-06, tools/flash_kda_variants.py, same run): phase 1 456.4 ->
 # 356.0 us at B1 T8192 H12, 2419.0 -> 1841.5 us at B1 T32768 H16 (-22% / -24%). On.
 INTRA_SCAN_LAYOUT = True
-# The sliced phase 1 stores w, u and the Aqk rows from their mma accumulators' layouts (kda_intra_chunk_sliced_kernel
-# ACC_STORES) instead of converting each to the coalesced layout through shared memory. Built 2026-12-06, not timed.
-INTRA_ACC_STORES = False
+# The sliced phase 1 stores w, u and the Aqk rows, and the recurrence its o, from their mma accumulators' layouts
+# (the kernels' ACC_STORES) instead of converting each to the coalesced layout through shared memory. Built
+# 2026-12-06, not timed.
+ACC_STORES = False
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -303,7 +304,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     with no cross-warp exchange; otherwise it is loaded coalesced and the scan crosses the 8 warps through
     shared memory (22% of the kernel's PTX at K3).
     
-    ACC_STORES (INTRA_ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
+    ACC_STORES (ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
     (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
     shared memory first. At K3: bar.sync 81 -> 57, spills 28 -> 0 B, st.global 21 -> 49 (narrower stores).
     """
@@ -575,7 +576,8 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                           STATE_PRECISION: mt.constexpr, CARRIED: mt.constexpr = False,
                           PREFETCH: mt.constexpr = False, LINES_K: mt.constexpr = 1, LINES_V: mt.constexpr = 1,
                           LINES_T: mt.constexpr = 1, TRANSPOSED: mt.constexpr = False,
-                          FUSED_WQ: mt.constexpr = False):
+                          FUSED_WQ: mt.constexpr = False, ACC_STORES: mt.constexpr = False,
+                          WARPS: mt.constexpr = 4):
     """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
 
     CARRIED (RECURRENCE_CARRIED): the dot operands w, qg, Aqk are read through carried pointer tiles advanced a chunk
@@ -597,6 +599,9 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     FUSED_WQ (RECURRENCE_FUSED_WQ; output mode, state not transposed or carried): `w S` and `qg S` are one
     [w; qg] S dot ([2 BT, K] x [K, BV]), so the state is staged as a B operand once a chunk instead of twice, and
     o = Aqk v_new + (its lower half).
+
+    ACC_STORES (ACC_STORES; state not transposed): o is stored from its accumulator's layout on WARPS (the
+    program's warps) rather than converted to the coalesced one through shared memory: 2 bar.sync a chunk fewer.
 
     TRANSPOSED (RECURRENCE_TRANSPOSED): the state is held as S^T [BV, K] and every product is transposed with it
     (v_new^T = u^T - S^T w^T, o^T = S^T qg^T + v_new^T Aqk^T, S^T = S^T diag(decay) + v_new^T kg). S^T and v_new^T
@@ -684,7 +689,11 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
             v_new = u - wq_s[0:BT, :]
             v_lo = v_new.to(mt.bfloat16)
             o = mt.dot(aqk, v_lo, wq_s[BT:2 * BT, :])
-            mt.store(o_ptr + base * V + (rt_h[:, None] * V + cols[None, :]), o, mask=valid[:, None])
+            if ACC_STORES:  # o's dot: [BT, BV] on warps [min(WARPS, BT / 16), rest] (mma.sync or wgmma alike)
+                _store_block(o_ptr, base, t0, end, H, o, V, 0, BT, vb * BV, BV,
+                             _accumulator_layout(min(WARPS, BT // 16), WARPS // min(WARPS, BT // 16)))
+            else:
+                mt.store(o_ptr + base * V + (rt_h[:, None] * V + cols[None, :]), o, mask=valid[:, None])
         elif TRANSPOSED:
             v_t = u_t - mt.dot(state_lo, mt.trans(w))
             v_t_lo = v_t.to(mt.bfloat16)
@@ -1006,8 +1015,8 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel = kda_intra_chunk_kernel
     else:
         kernel = kda_intra_chunk_sliced_kernel
-        if INTRA_SCAN_LAYOUT or INTRA_ACC_STORES:
-            scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=INTRA_ACC_STORES)
+        if INTRA_SCAN_LAYOUT or ACC_STORES:
+            scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES)
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
 
@@ -1032,6 +1041,7 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
     ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)
     width = K + V if transition else V
     programs = width // bv * segments.shape[0] * H
+    warps = recurrence_warps(programs, _num_sms(segments.device))
     _launch(kda_recurrence_kernel, (programs,), (
         f["w"], f["u"], f["kg"], f["qg"], f["aqk"], f["decay"], o if o is not None else f["u"],
         h0 if h0 is not None else spare, ht if ht is not None else spare, segments,
@@ -1040,7 +1050,7 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         PREFETCH=RECURRENCE_PREFETCH, LINES_K=_lines(K), LINES_V=_lines(bv), LINES_T=_lines(CHUNK),
         TRANSPOSED=RECURRENCE_TRANSPOSED, FUSED_WQ=RECURRENCE_FUSED_WQ and not (
             transition or RECURRENCE_TRANSPOSED or RECURRENCE_CARRIED),
-        num_warps=recurrence_warps(programs, _num_sms(segments.device)))
+        ACC_STORES=ACC_STORES, WARPS=warps, num_warps=warps)
 
 
 def _lines(elements: int, itemsize: int = 2) -> int:

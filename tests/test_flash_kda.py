@@ -218,13 +218,13 @@ def test_recurrence_forms(interpret, monkeypatch, knob, value, state_v_first):
 
 
 def test_accumulator_stores_match_the_coalesced_stores(interpret, monkeypatch):
-    """INTRA_ACC_STORES (w, u and the Aqk rows stored from their accumulators' layouts, row indices and masks made
-    there): against the float64 reference, and the same output and final state as the coalesced stores, varlen
-    with ragged chunk ends."""
+    """ACC_STORES (phase 1's w, u and Aqk rows and the recurrence's o stored from their accumulators' layouts, row
+    indices and masks made there): against the float64 reference, and the same output and final state as the
+    coalesced stores, varlen with ragged chunk ends, two state column blocks (a wrong column offset shows)."""
     cu = torch.tensor([0, 150, 170, 300])
-    x = make_inputs(1, 300, 2, 16, 32, seed=16, n_states=3)
+    x = make_inputs(1, 300, 2, 16, 128, seed=16, n_states=3)  # V = 128: two state column blocks
     o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True)
-    monkeypatch.setattr(flash_kda, "INTRA_ACC_STORES", True)
+    monkeypatch.setattr(flash_kda, "ACC_STORES", True)
     check(x, cu_seqlens=cu)
     o2, s2 = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True)
     assert torch.equal(o, o2) and torch.equal(s, s2)
@@ -322,7 +322,7 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
         monkeypatch.setattr(flash_kda, "INTRA_SCAN_LAYOUT", False)
     if variant == "sliced_acc_stores":  # w, u and the Aqk rows stored from their accumulators' layouts
         variant = "sliced"
-        monkeypatch.setattr(flash_kda, "INTRA_ACC_STORES", True)
+        monkeypatch.setattr(flash_kda, "ACC_STORES", True)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
@@ -412,9 +412,9 @@ def test_gpu_matches_reference(T, H, init):
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("knob, value", [("INTRA_SCAN_LAYOUT", False), ("MERGE_PRECISION", "ieee"),
-                                         ("RECURRENCE_FUSED_WQ", False), ("INTRA_ACC_STORES", True)])
+                                         ("RECURRENCE_FUSED_WQ", False), ("ACC_STORES", True)])
 def test_gpu_other_forms_t1000(monkeypatch, knob, value):
-    """The non-default FlashKDA forms (the former defaults, and the opt-in INTRA_ACC_STORES) on the H200
+    """The non-default FlashKDA forms (the former defaults, and the opt-in ACC_STORES) on the H200
     (K = V = 128, T = 1000 H = 4, an initial state, context parallelism
     forced so that the merge runs): the oracle's bounds, and the same answer as the defaults within 1e-3."""
     x = make_inputs(1, 1000, 4, 128, 128, seed=6, init=True, device="cuda")

@@ -14,7 +14,7 @@ and final state against the sub16 variant's (same bounds); (2) per-kernel GPU ti
 tools/profile_kernels.REPEAT calls) at each shape (default B1 T32768 H16 and B1 T8192 H12, K=V=128), ours for each
 variant and fla's chunk_kda on the same tensors. A variant that fails its check is reported and not timed.
 --scan-layout=yes, --fused-wq=yes and --acc-stores=yes time the form of that knob (INTRA_SCAN_LAYOUT,
-RECURRENCE_FUSED_WQ, INTRA_ACC_STORES) that the default is not; --merge-precision=P times the merge in P;
+RECURRENCE_FUSED_WQ, ACC_STORES) that the default is not; --merge-precision=P times the merge in P;
 --segment-lens=L,... times the defaults with the context-parallel segment length forced to each L (tokens, a
 multiple of 64) at every shape.
 
@@ -151,8 +151,8 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
                 time_against_sub16(f"B={B} T={T} H={H} sliced, gate {'in the scan layout' if scan else 'coalesced'}",
                                    p, base)
         if acc_stores:  # phase 1's w, u, Aqk stored from their accumulators' layouts, or converted first
-            direct = not flash_kda.INTRA_ACC_STORES
-            with knob("INTRA_ACC_STORES", direct):
+            direct = not flash_kda.ACC_STORES
+            with knob("ACC_STORES", direct):
                 form = "stores from the accumulators" if direct else "coalesced stores"
                 time_against_sub16(f"B={B} T={T} H={H} sliced, {form}", p, base)
         if merge_precision:  # the context-parallel merge's compositions
