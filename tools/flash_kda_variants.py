@@ -3,7 +3,7 @@
     python tools/flash_kda_variants.py [--variants=sliced,...] [--state-blocks=64,32] [--carried=yes] [--prefetch=yes]
                                        [--transposed=yes] [--recurrence-warps=4,8] [--scan-layout=yes]
                                        [--merge-precision=ieee] [--fused-wq=yes] [--segment-lens=1408,1664]
-                                       [--acc-stores=yes]
+                                       [--acc-stores=yes] [--knob=NAME=VALUE ...]
                                                           [BxTxH ...]
                                                           GPU: correctness first, then per-kernel times
     python tools/flash_kda_variants.py --static           no GPU: ptxas registers / spills and instruction counts
@@ -16,7 +16,8 @@ variant and fla's chunk_kda on the same tensors. A variant that fails its check 
 --scan-layout=yes, --fused-wq=yes and --acc-stores=yes time the form of that knob (INTRA_SCAN_LAYOUT,
 RECURRENCE_FUSED_WQ, ACC_STORES) that the default is not; --merge-precision=P times the merge in P;
 --segment-lens=L,... times the defaults with the context-parallel segment length forced to each L (tokens, a
-multiple of 64) at every shape.
+multiple of 64) at every shape; --knob=NAME=VALUE (repeatable) times the defaults with flash_kda's module constant
+NAME set to VALUE (an int, True / False, or a string), e.g. --knob=STATE_PRECISION=bf16.
 
 --static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
 specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
@@ -106,7 +107,7 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False,
         transposed: bool = False, recurrence_warps: tuple[int, ...] = (), scan_layout: bool = False,
         merge_precision: str = "", fused_wq: bool = False, segment_lens: tuple[int, ...] = (),
-        acc_stores: bool = False) -> None:
+        acc_stores: bool = False, knobs: tuple[tuple[str, object], ...] = ()) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
@@ -165,6 +166,9 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
                                    p, base)
         for seg_len in segment_lens:  # the context-parallel split forced: chain length against program count
             time_against_sub16(f"B={B} T={T} H={H} sliced, segments of {seg_len}", p, base, seg_len)
+        for name, value in knobs:  # any module constant in another value
+            with knob(name, value):
+                time_against_sub16(f"B={B} T={T} H={H} sliced, {name} = {value!r}", p, base)
         for warps in recurrence_warps:  # phase 2's warps forced for every launch
             with knob("RECURRENCE_WARPS", warps):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
@@ -232,24 +236,45 @@ def static() -> None:
         print(f"{variant:8s} " + " ".join(f"{k} {v}" for k, v in c.items()), flush=True)
 
 
+def parse_knob(text: str) -> tuple[str, object]:
+    """'NAME=VALUE' -> (NAME, VALUE as int, bool or str); NAME must be one of flash_kda's module constants."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.isupper() or not hasattr(flash_kda, name):
+        sys.exit(f"--knob={text}: expected NAME=VALUE with NAME one of flash_kda's module constants")
+    value: object = {"True": True, "False": False}.get(raw, raw)
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", raw):
+        value = int(raw)
+    return name, value
+
+
 def main() -> None:
     args = sys.argv[1:]
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        return
     if args == ["--static"]:
         static()
         return
     options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no",
                "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no", "--merge-precision": "",
                "--fused-wq": "no", "--segment-lens": "", "--acc-stores": "no"}
-    while args and args[0].split("=", 1)[0] in options:  # --state-blocks=64,32 also times phase 2's column blocks
+    knobs: list[tuple[str, object]] = []
+    while args and args[0].startswith("--"):  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
-        options[name] = value
+        if name == "--knob":
+            knobs.append(parse_knob(value))
+        elif name in options:
+            options[name] = value
+        else:
+            sys.exit(f"unknown option {name} (see --help)")
     blocks = tuple(int(b) for b in options["--state-blocks"].split(",") if b)
     variants = tuple(v for v in options["--variants"].split(",") if v in PHASE1)
     gpu([tuple(int(x) for x in s.split("x")) for s in args] or DEFAULT_SHAPES, blocks, variants,  # type: ignore[misc]
         options["--carried"] != "no", options["--prefetch"] != "no", options["--transposed"] != "no",
         tuple(int(w) for w in options["--recurrence-warps"].split(",") if w), options["--scan-layout"] != "no",
         options["--merge-precision"], options["--fused-wq"] != "no",
-        tuple(int(n) for n in options["--segment-lens"].split(",") if n), options["--acc-stores"] != "no")
+        tuple(int(n) for n in options["--segment-lens"].split(",") if n), options["--acc-stores"] != "no",
+        tuple(knobs))
 
 
 if __name__ == "__main__":
