@@ -86,7 +86,7 @@ MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 K
 # 2026-12-06, same run): 69.7 -> 35.0 us at B1 T8192 H12, 53.3 -> 27.3 us at B1 T32768 H16. tf32x3.
 MERGE_PRECISION = "tf32x3"
 DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device tells us
-STATE_PRECISION = "tf32"  # of the state update kg^T v_new; "bf16" is faster and ~1.5x less accurate (notes)
+STATE_PRECISION = "tf32"  # of the state update kg^T v_new: "tf32", "bf16" (faster, ~1.5x less accurate) or "bf16x2"
 EXP2_CAP = 120.0  # log2 cap of the dropped score columns' factor: finite, never selected
 POISON_BUFFERS = False  # fill outputs and intermediates with NaN before the kernels run (tests: every read is written)
 
@@ -723,6 +723,12 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                 state = state * decay[None, :] + mt.dot(v_t_lo, kg)
         elif STATE_PRECISION == "tf32":  # v_new keeps 11 bits instead of 8 in the state it accumulates into
             state = state * decay[:, None] + mt.dot(kg_t.to(mt.float32), v_new, input_precision="tf32")
+        elif STATE_PRECISION == "bf16x2":  # v_new = hi + lo in bf16 (16 bits); kg is bf16 already, so exact
+            v_rest = (v_new - v_lo.to(mt.float32)).to(mt.bfloat16)
+            state = mt.dot(kg_t, v_rest, mt.dot(kg_t, v_lo, state * decay[:, None]))
+        elif STATE_PRECISION == "bf16x2_cat":  # the same as one dot over [kg^T kg^T] [v_hi; v_lo] (measuring)
+            v_rest = (v_new - v_lo.to(mt.float32)).to(mt.bfloat16)
+            state = mt.dot(mt.cat((kg_t, kg_t), 1), mt.cat((v_lo, v_rest), 0), state * decay[:, None])
         else:
             state = state * decay[:, None] + mt.dot(kg_t, v_lo)
     if TRANSPOSED:
