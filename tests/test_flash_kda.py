@@ -207,6 +207,7 @@ def test_recurrence_forms(interpret, monkeypatch, knob, value, state_v_first):
     and the same answer as the default recurrence, varlen with initial states and context parallelism."""
     cu = torch.tensor([0, 150, 170, 300])
     x = make_inputs(1, 300, 2, 16, 32, seed=12, n_states=3, state_v_first=state_v_first)
+    monkeypatch.setattr(flash_kda, "STATE_PRECISION", "tf32")  # the transposed form's update runs tf32 or bf16
     o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
                                context_parallel=True, cp_segment_len=64)
     monkeypatch.setattr(flash_kda, knob, value)
@@ -230,7 +231,7 @@ def test_accumulator_stores_match_the_coalesced_stores(interpret, monkeypatch):
     assert torch.equal(o, o2) and torch.equal(s, s2)
 
 
-@pytest.mark.parametrize("precision", ["bf16", "bf16x2", "bf16x2_cat"])
+@pytest.mark.parametrize("precision", ["bf16", "bf16x2"])
 def test_state_update_precisions(interpret, monkeypatch, precision):
     """STATE_PRECISION of the recurrence's kg^T v_new: "bf16" (v_new rounded to 8 bits) and "bf16x2" (v_new as
     hi + lo bf16 halves, two bf16 dots: 16 bits) both meet the float64 oracle's bounds; bf16x2 lands closer to the
@@ -238,13 +239,14 @@ def test_state_update_precisions(interpret, monkeypatch, precision):
     cu = torch.tensor([0, 150, 170, 300])
     x = make_inputs(1, 300, 2, 16, 32, seed=19, n_states=3)
     kw = dict(cu_seqlens=cu, output_final_state=True, context_parallel=True, cp_segment_len=64)
+    monkeypatch.setattr(flash_kda, "STATE_PRECISION", "tf32")
     _, s_tf32 = flash_kda.chunk_kda(**x, **kw)
     monkeypatch.setattr(flash_kda, "STATE_PRECISION", "bf16")
     _, s_bf16 = flash_kda.chunk_kda(**x, **kw)
     monkeypatch.setattr(flash_kda, "STATE_PRECISION", precision)
     check(x, cu_seqlens=cu, context_parallel=True, cp_segment_len=64)
     _, s = flash_kda.chunk_kda(**x, **kw)
-    if precision.startswith("bf16x2"):
+    if precision == "bf16x2":
         assert kda_ref.relative_error(s_tf32, s) < 0.5 * kda_ref.relative_error(s_tf32, s_bf16)
 
 
@@ -319,7 +321,7 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 
 
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
-                                     "sliced_state_bf16x2"])
+                                     "sliced_state_tf32"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -343,9 +345,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     if variant == "sliced_acc_stores":  # w, u and the Aqk rows stored from their accumulators' layouts
         variant = "sliced"
         monkeypatch.setattr(flash_kda, "ACC_STORES", True)
-    if variant == "sliced_state_bf16x2":  # the state update as two bf16 dots (v_new's hi and lo halves)
+    if variant == "sliced_state_tf32":  # the state update in tf32 (the default: bf16x2, v_new's hi and lo halves)
         variant = "sliced"
-        monkeypatch.setattr(flash_kda, "STATE_PRECISION", "bf16x2")
+        monkeypatch.setattr(flash_kda, "STATE_PRECISION", "tf32")
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
@@ -436,7 +438,7 @@ def test_gpu_matches_reference(T, H, init):
 @needs_cuda
 @pytest.mark.parametrize("knob, value", [("INTRA_SCAN_LAYOUT", False), ("MERGE_PRECISION", "ieee"),
                                          ("RECURRENCE_FUSED_WQ", False), ("ACC_STORES", True),
-                                         ("STATE_PRECISION", "bf16"), ("STATE_PRECISION", "bf16x2")])
+                                         ("STATE_PRECISION", "bf16"), ("STATE_PRECISION", "tf32")])
 def test_gpu_other_forms_t1000(monkeypatch, knob, value):
     """The non-default FlashKDA forms (the former defaults, and the opt-in ACC_STORES) on the H200
     (K = V = 128, T = 1000 H = 4, an initial state, context parallelism
