@@ -234,7 +234,7 @@ def test_accumulator_stores_match_the_coalesced_stores(interpret, monkeypatch):
 @pytest.mark.parametrize("precision", ["bf16", "bf16x2"])
 def test_state_update_precisions(interpret, monkeypatch, precision):
     """STATE_PRECISION of the recurrence's kg^T v_new: "bf16" (v_new rounded to 8 bits) and "bf16x2" (v_new as
-    hi + lo bf16 halves, two bf16 dots: 16 bits) both meet the float64 oracle's bounds; bf16x2 lands closer to the
+    hi + lo bf16 halves in one K = 2 BT dot: 16 bits) both meet the float64 oracle's bounds; bf16x2 lands closer to the
     tf32 form than bf16 does (a dropped lo half would make it bf16), varlen with context parallelism."""
     cu = torch.tensor([0, 150, 170, 300])
     x = make_inputs(1, 300, 2, 16, 32, seed=19, n_states=3)
@@ -248,7 +248,6 @@ def test_state_update_precisions(interpret, monkeypatch, precision):
     _, s = flash_kda.chunk_kda(**x, **kw)
     if precision == "bf16x2":
         assert kda_ref.relative_error(s_tf32, s) < 0.5 * kda_ref.relative_error(s_tf32, s_bf16)
-
 
 
 def test_tf32x3_merge_matches_the_f32_merge(interpret, monkeypatch):
