@@ -45,6 +45,11 @@ MIN_SEGMENT = 1024  # auto context parallelism never cuts a sequence into segmen
 MAX_SPLITS = 32  # fla's cap on the merge-chain depth (precision of the fp32 composition)
 STATE_BLOCK = 64  # state columns per phase-2 program ([K, 64] f32 state tile)
 INTRA_WARPS = 8
+# Programs of the sliced phase 1 that ptxas must fit on an SM (`.minnctapersm`): 1 leaves it 255 registers at 8
+# warps (one program an SM, 28 B of spills at K3); 2 caps it at 128 (1.4 KB of spills at 8 warps, 796 B at 4).
+# Phase 1 is latency-bound (81 bar.sync, 2 warps a scheduler); a second resident program hides one's barriers
+# behind the other's work. Timed with --knob=INTRA_BLOCKS_PER_SM=2 / --knob=INTRA_WARPS=4|16.
+INTRA_BLOCKS_PER_SM = 1
 # Phase 1: "sliced" (score rows per 16-row sub-chunk, joined with mt.cat; every dot on mma.sync), "chunk64"
 # (whole-chunk score dots) or "sub16" (16-row sub-chunk tiles). Measured on the H200 (2026-11-29 22:19 UTC,
 # tools/flash_kda_variants.py, phase-1 kernel alone): sliced 2.56 ms, sub16 4.97 ms, chunk64 5.64 ms at B1 T32768
@@ -1019,11 +1024,25 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
     elif variant == "chunk64":
         kernel = kda_intra_chunk_kernel
     else:
-        kernel = kda_intra_chunk_sliced_kernel
+        kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
         if INTRA_SCAN_LAYOUT or ACC_STORES:
             scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES)
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
+
+
+_SLICED_BY_BLOCKS: dict[int, object] = {}
+
+
+def _sliced_intra_kernel(blocks_per_sm: int):
+    """The sliced phase-1 kernel compiled for `blocks_per_sm` resident programs an SM (INTRA_BLOCKS_PER_SM)."""
+    if blocks_per_sm == 1:
+        return kda_intra_chunk_sliced_kernel
+    if not isinstance(blocks_per_sm, int) or not 1 <= blocks_per_sm <= 4:
+        raise ValueError(f"flash_kda.INTRA_BLOCKS_PER_SM must be 1, 2, 3 or 4, got {blocks_per_sm!r}")
+    if blocks_per_sm not in _SLICED_BY_BLOCKS:
+        _SLICED_BY_BLOCKS[blocks_per_sm] = mt.kernel(min_blocks_per_sm=blocks_per_sm)(kda_intra_chunk_sliced_kernel.fn)
+    return _SLICED_BY_BLOCKS[blocks_per_sm]
 
 
 def intra_variant_for(variant: str, K: int) -> str:
