@@ -47,8 +47,9 @@ STATE_BLOCK = 64  # state columns per phase-2 program ([K, 64] f32 state tile)
 INTRA_WARPS = 8
 # Programs of the sliced phase 1 that ptxas must fit on an SM (`.minnctapersm`): 1 leaves it 255 registers at 8
 # warps (one program an SM, 28 B of spills at K3); 2 caps it at 128 (1.4 KB of spills at 8 warps, 796 B at 4).
-# Phase 1 is latency-bound (81 bar.sync, 2 warps a scheduler); a second resident program hides one's barriers
-# behind the other's work. Timed with --knob=INTRA_BLOCKS_PER_SM=2 / --knob=INTRA_WARPS=4|16.
+# Timed on an H100 (2026-12-06 19:40 UTC, BENCHMARKS.md): 2 is +34% / +30% on phase 1 at T8192 H12 / T32768 H16
+# (the spills and the register cap cost more than a second program's overlap gives), 4 warps +57% / +67%, 16 warps
+# +203%. Phase 1 is bound by its shared-memory traffic (layout conversions, mt.cat, dot staging), not occupancy.
 INTRA_BLOCKS_PER_SM = 1
 # Phase 1: "sliced" (score rows per 16-row sub-chunk, joined with mt.cat; every dot on mma.sync), "chunk64"
 # (whole-chunk score dots) or "sub16" (16-row sub-chunk tiles). Measured on the H200 (2026-11-29 22:19 UTC,
