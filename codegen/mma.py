@@ -35,10 +35,19 @@ receives row l / 4, f32 column l % 4) and each element is rounded with `TF32_ROU
 nearest even, as the interpreter rounds) before the mma: once per element by its owner before it is staged (a
 replicated operand, e.g. A of a [16, K] dot on warps [1, 8], is loaded by every warp but rounded once), or per
 fragment when the operand needed no shared memory (a register renaming).
+
+Block-structured dots (`mt.dot(..., block_structure=...)`, ir/block_structure.py; the operands arrive masked):
+an (m-block, n-block, K step) whose every product meets a zero block is skipped, per warp. Which warps need it
+is known at compile time (tile rows and columns are fixed per (warp_m, warp_n)), so each mma.sync runs under a
+warp-uniform predicate `(MASK >> warp) & 1` (one prologue predicate per distinct warp set), accumulating in
+place from a copy of the accumulator, and the operand fragments (ldmatrix, kPairs loads) that no active mma
+of any consumer reads are predicated off the same way. A 4 x 4-block diagonal [64, 64] product on warps [4, 2]
+then issues 4 of its 32 mma.sync a warp.
 """
 from __future__ import annotations
 
 from minitriton.ir import Operation
+from minitriton.ir.block_structure import active, structure_of
 from minitriton.ir.layouts import ThreadMap, log2, vector_groups
 from minitriton.ir.mma_layouts import k_pairs, tf32_a_column, warps_of
 from minitriton.ir.types import ScalarType
@@ -153,9 +162,10 @@ def lower_to_dot_operand(ctx: KernelContext, op: Operation) -> None:
         # round each element to tf32 once, as its owner stages it, not in every warp that loads it (a tf32x3 dot
         # splits the whole f32 value in lower_dot instead)
         regs = [_round_tf32(ctx, r) for r in regs]
+    need = _fragment_warps(ctx, dst_v, op_idx)
     if k_pairs(enc):
         pitch, base = stage_padded(ctx, regs, src, contiguous, t.bytes, pad=pair_pad(src.shape[k_dim]))
-        words = _load_pairs(ctx, dst, enc, pitch, base)
+        words = _load_pairs(ctx, dst, enc, pitch, base, need)
         if rounded:  # loaded as staged: tf32 words the mma takes as they are
             for w in words:
                 ctx._cache[("tf32_word", w)] = w
@@ -164,13 +174,89 @@ def lower_to_dot_operand(ctx: KernelContext, op: Operation) -> None:
     pitch, base = stage_padded(ctx, regs, src, contiguous, t.bytes)
     trans = contiguous != k_dim
     load = _ldmatrix_a if op_idx == 0 else _ldmatrix_b
-    ctx.bind(dst_v, load(ctx, dst, enc, pitch, trans, k_width, base))
+    ctx.bind(dst_v, load(ctx, dst, enc, pitch, trans, k_width, base, need))
 
 
 def pair_pad(k: int) -> int:
     """Padding (elements) of a kPairs operand's K-contiguous rows: a pitch of 8 mod 16 words, so the 8-byte loads of
     a half-warp (rows g .. g + 3, words 2t, 2t + 1) hit 32 distinct banks."""
     return (8 - k) % 16
+
+
+Warps = frozenset  # warp indices warp_m * WN + warp_n of an mma layout's [WM, WN] grid
+Need = dict  # (m- or n-block, K step) -> Warps: the warps that read an operand fragment (None: every warp)
+
+
+def _mma_activity(ctx: KernelContext, op: Operation) -> dict[tuple[int, int, int], Warps] | None:
+    """(m-block, n-block, K step) -> the warps whose mma.sync there can meet a nonzero product of a
+    block-structured dot (None for a dense one): fixed at compile time by the tile rows and columns each
+    (warp_m, warp_n) computes (`logical_row`, `logical_col`)."""
+    structure = structure_of(op.attrs)
+    enc = op.result.type.encoding
+    if structure is None or enc is None or enc.kind != "mma" or enc.get("version") != 2:
+        return None
+    key = ("mma_activity", id(op))
+    if key not in ctx._cache:
+        wm, wn = warps_of(enc)
+        a = op.operands[0].type
+        step = 8 if a.scalar.name == "f32" else 16  # type: ignore[union-attr]
+        (m, k), n = a.shape, op.operands[1].type.shape[1]
+        act = {}
+        for rep_m in range(m // (16 * wm)):
+            for rep_n in range(n // (8 * wn)):
+                for kk in range(k // step):
+                    act[(rep_m, rep_n, kk)] = frozenset(
+                        w_m * wn + w_n for w_m in range(wm) for w_n in range(wn)
+                        if active(structure, [logical_row(r, w_m, rep_m, wm) for r in range(16)],
+                                  range(step * kk, step * (kk + 1)), [logical_col(c, w_n, rep_n, wn) for c in range(8)]))
+        ctx._cache[key] = act  # type: ignore[assignment]
+    return ctx._cache[key]  # type: ignore[return-value]
+
+
+def _fragment_warps(ctx: KernelContext, value, op_idx: int) -> Need | None:  # type: ignore[no-untyped-def]
+    """For a dot operand consumed only by block-structured mma.sync dots: (m-block for A / n-block for B, K step)
+    -> the warps whose active mma reads that fragment; None when some consumer is dense (every fragment, every
+    warp)."""
+    users_key = ("dot_users",)
+    if users_key not in ctx._cache:
+        users: dict = {}
+        for op in ctx.func.walk():
+            if op.name == "mt.dot":
+                for v in op.operands[:2]:
+                    users.setdefault(v, []).append(op)
+        ctx._cache[users_key] = users  # type: ignore[assignment]
+    need: Need = {}
+    for op in ctx._cache[users_key].get(value, []):  # type: ignore[union-attr]
+        act = _mma_activity(ctx, op)
+        if act is None:
+            return None
+        for (rep_m, rep_n, kk), warps in act.items():
+            frag = (rep_m if op_idx == 0 else rep_n, kk)
+            need[frag] = need.get(frag, frozenset()) | warps
+    return need
+
+
+def _warp_guard(ctx: KernelContext, wm: int, wn: int, warps: Warps) -> str | None:
+    """The guard of an instruction that only the warps `warps` of the [WM, WN] grid run: "" for all of them, None
+    for none, else "@%p " with %p = (MASK >> (warp % (WM WN))) & 1, computed once in the prologue (warp-uniform,
+    as mma.sync and ldmatrix's .aligned require)."""
+    total = wm * wn
+    if len(warps) == total:
+        return ""
+    if not warps:
+        return None
+    mask = sum(1 << w for w in warps)
+    index = ctx._pro(("warp_index", total), "b32", f"and.b32 {{d}}, {ctx.warp}, {total - 1};")
+    bit = ctx._pro(("warp_bit", total, mask), "b32", f"bfe.u32 {{d}}, {ctx.const(str(mask), 'b32')}, {index}, 1;")
+    return "@" + ctx._pro(("warp_pred", total, mask), "pred", f"setp.ne.u32 {{d}}, {bit}, 0;") + " "
+
+
+def _fragment_guard(ctx: KernelContext, wm: int, wn: int, need: Need | None,
+                    frags: list[tuple[int, int]]) -> str | None:
+    """The guard of a load of the operand fragments `frags` (see _fragment_warps)."""
+    if need is None:
+        return ""
+    return _warp_guard(ctx, wm, wn, frozenset().union(*(need.get(f, frozenset()) for f in frags)))
 
 
 def _split_operands(ctx: KernelContext) -> set:  # type: ignore[type-arg]
@@ -268,14 +354,14 @@ def _round_tf32(ctx: KernelContext, r: str) -> str:
     return w
 
 
-def _unpack(ctx: KernelContext, r: str, k_width: int) -> list[str]:
+def _unpack(ctx: KernelContext, r: str, k_width: int, guard: str = "") -> list[str]:
     """The elements an ldmatrix register holds: two 16-bit halves (kWidth 2) or one tf32 word (kWidth 1: staged
     already rounded by lower_to_dot_operand, so the mma takes the register as it is)."""
     if k_width == 1:
         ctx._cache[("tf32_word", r)] = r
         return [r]
     lo, hi = ctx.new("b16"), ctx.new("b16")
-    ctx.emit(f"mov.b32 {{{lo}, {hi}}}, {r};")
+    ctx.emit(f"{guard}mov.b32 {{{lo}, {hi}}}, {r};")
     ctx._cache[("packed", lo, hi)] = r
     return [lo, hi]
 
@@ -315,17 +401,19 @@ def _warp_coords(ctx: KernelContext, wm: int, wn: int) -> tuple[str, str]:
     return warp_m, warp_n
 
 
-def _ldmatrix(ctx: KernelContext, count: int, trans: bool, addr: str) -> list[str]:
+def _ldmatrix(ctx: KernelContext, count: int, trans: bool, addr: str, guard: str = "") -> list[str]:
     dst = [ctx.new("b32") for _ in range(count)]
-    ctx.emit(f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
+    ctx.emit(f"{guard}ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
              f"{{{', '.join(dst)}}}, [{addr}];")
     return dst
 
 
 def _ldmatrix_a(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: bool,  # type: ignore[no-untyped-def]
-                k_width: int, base: int = 0) -> list[str]:
+                k_width: int, base: int = 0, need: Need | None = None) -> list[str]:
     """A fragments: matrix q of (m-block, K step) covers fragment rows 8 * (q & 1) .. + 7 and K columns
-    kb * (q >> 1) .. + kb - 1, kb = 4 * kWidth (16 bytes): registers a0a1, a2a3, a4a5, a6a7 (tf32: a0 .. a3)."""
+    kb * (q >> 1) .. + kb - 1, kb = 4 * kWidth (16 bytes): registers a0a1, a2a3, a4a5, a6a7 (tf32: a0 .. a3).
+    `need` (block-structured consumers): a fragment no warp needs is not loaded, one some warps need is loaded
+    by those only."""
     wm, wn = warps_of(enc)
     m, k = tmap.shape
     kb, step, eb = 4 * k_width, 8 * k_width, 4 // k_width
@@ -340,18 +428,30 @@ def _ldmatrix_a(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: boo
     for rep_m in range(m // (16 * wm)):
         for kk in range(k // step):
             const = (step * kk * pitch + 16 * wm * rep_m) if trans else (16 * wm * rep_m * pitch + step * kk)
-            words = _ldmatrix(ctx, 4, trans, f"{addr}+{base + eb * const}")
             targets = a_registers(tmap, wm, rep_m, kk, k_width)
+            guard = _fragment_guard(ctx, wm, wn, need, [(rep_m, kk)])
+            if guard is None:
+                _zero_fill(ctx, out, targets, k_width)
+                continue
+            words = _ldmatrix(ctx, 4, trans, f"{addr}+{base + eb * const}", guard)
             for q, w in enumerate(words):
-                for e, reg in enumerate(_unpack(ctx, w, k_width)):
+                for e, reg in enumerate(_unpack(ctx, w, k_width, guard)):
                     out[targets[k_width * q + e]] = reg
     return out
 
 
+def _zero_fill(ctx: KernelContext, out: list[str], targets: list[int], k_width: int) -> None:
+    """Registers of fragments no mma reads (block-structured dots): a zero constant, so the value is complete."""
+    zero = ctx.const("0", "b32" if k_width == 1 else "b16")
+    for i in targets:
+        out[i] = zero
+
+
 def _ldmatrix_b(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: bool,  # type: ignore[no-untyped-def]
-                k_width: int, base: int = 0) -> list[str]:
+                k_width: int, base: int = 0, need: Need | None = None) -> list[str]:
     """B fragments: per K step, x4 covers two n-blocks (matrix q: n-block 2p + (q >> 1), K columns
-    kb * (q & 1) ..), x2 one n-block (matrices q = 0, 1); registers b0b1, b2b3 of each n-block (tf32: b0, b1)."""
+    kb * (q & 1) ..), x2 one n-block (matrices q = 0, 1); registers b0b1, b2b3 of each n-block (tf32: b0, b1).
+    `need` as for _ldmatrix_a."""
     wm, wn = warps_of(enc)
     k, n = tmap.shape
     kb, step, eb = 4 * k_width, 8 * k_width, 4 // k_width
@@ -368,20 +468,25 @@ def _ldmatrix_b(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int, trans: boo
         for kk in range(k // step):
             n0 = 8 * wn * first
             const = (step * kk * pitch + n0) if trans else (n0 * pitch + step * kk)
-            words = _ldmatrix(ctx, 2 * pair, trans, f"{addr}+{base + eb * const}")
+            guard = _fragment_guard(ctx, wm, wn, need, [(first + p, kk) for p in range(pair)])
+            if guard is None:
+                for p in range(pair):
+                    _zero_fill(ctx, out, b_registers(tmap, wn, first + p, kk, k_width), k_width)
+                continue
+            words = _ldmatrix(ctx, 2 * pair, trans, f"{addr}+{base + eb * const}", guard)
             for q, w in enumerate(words):
                 targets = b_registers(tmap, wn, first + (q >> 1), kk, k_width)
-                for e, reg in enumerate(_unpack(ctx, w, k_width)):
+                for e, reg in enumerate(_unpack(ctx, w, k_width, guard)):
                     out[targets[k_width * (q & 1) + e]] = reg
     return out
 
 
 def _load_pairs(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int,  # type: ignore[no-untyped-def]
-                base: int) -> list[str]:
+                base: int, need: Need | None = None) -> list[str]:
     """kPairs fragments from a K-contiguous staging (rows: A's M rows, or B's N columns; `pitch` words): lane
     (g, t) reads tile K columns 8 * kk + 2t, 2t + 1 of its rows with one ld.shared.v2.b32 per row: the A rows
     g + 8 * warp_m + 8 * WM * (2 * rep_m + i) give (a_i, a_i+2), B's column g + 8 * warp_n + 8 * WN * rep_n gives
-    (b0, b1)."""
+    (b0, b1). `need` as for _ldmatrix_a."""
     wm, wn = warps_of(enc)
     op_idx = enc.get("opIdx")
     rows, k = (tmap.shape[0], tmap.shape[1]) if op_idx == 0 else (tmap.shape[1], tmap.shape[0])
@@ -396,22 +501,30 @@ def _load_pairs(ctx: KernelContext, tmap: ThreadMap, enc, pitch: int,  # type: i
         if op_idx == 0:
             for rep_m in range(rows // (16 * wm)):
                 targets = a_registers(tmap, wm, rep_m, kk, 1, pairs=True)
+                guard = _fragment_guard(ctx, wm, wn, need, [(rep_m, kk)])
+                if guard is None:
+                    _zero_fill(ctx, out, targets, 1)
+                    continue
                 for i in range(2):
                     row = 8 * wm * (2 * rep_m + i)
-                    lo, hi = _ld_shared_v2(ctx, f"{addr}+{base + 4 * (row * pitch + 8 * kk)}")
+                    lo, hi = _ld_shared_v2(ctx, f"{addr}+{base + 4 * (row * pitch + 8 * kk)}", guard)
                     out[targets[i]], out[targets[i + 2]] = lo, hi
         else:
             for rep_n in range(rows // (8 * wn)):
                 targets = b_registers(tmap, wn, rep_n, kk, 1, pairs=True)
-                lo, hi = _ld_shared_v2(ctx, f"{addr}+{base + 4 * (8 * wn * rep_n * pitch + 8 * kk)}")
+                guard = _fragment_guard(ctx, wm, wn, need, [(rep_n, kk)])
+                if guard is None:
+                    _zero_fill(ctx, out, targets, 1)
+                    continue
+                lo, hi = _ld_shared_v2(ctx, f"{addr}+{base + 4 * (8 * wn * rep_n * pitch + 8 * kk)}", guard)
                 out[targets[0]], out[targets[1]] = lo, hi
     return out
 
 
-def _ld_shared_v2(ctx: KernelContext, addr: str) -> tuple[str, str]:
+def _ld_shared_v2(ctx: KernelContext, addr: str, guard: str = "") -> tuple[str, str]:
     """Two adjacent 32-bit words, as .b32 registers (what mma.sync takes; f32 instructions accept them too)."""
     lo, hi = ctx.new("b32"), ctx.new("b32")
-    ctx.emit(f"ld.shared.v2.b32 {{{lo}, {hi}}}, [{addr}];")
+    ctx.emit(f"{guard}ld.shared.v2.b32 {{{lo}, {hi}}}, [{addr}];")
     return lo, hi
 
 
@@ -436,12 +549,26 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
     out = [""] * c_map.num_regs
     a_words: dict[tuple[int, int], list[list[str]]] = {}
     b_words: dict[tuple[int, int], list[list[str]]] = {}
+    activity = _mma_activity(ctx, op)
+    steps = k // (8 * k_width)
     for rep_m in range(m // (16 * wm)):
         for rep_n in range(n // (8 * wn)):
             c_idx = c_registers(c_map, wm, wn, rep_m, rep_n)
             acc = [c_regs[i] for i in c_idx]
+            guards = ([_warp_guard(ctx, wm, wn, activity[(rep_m, rep_n, kk)]) for kk in range(steps)]
+                      if activity is not None else [""] * steps)
+            if all(g is None for g in guards):  # every product of the block meets a zero block: acc as it is
+                for i, reg in zip(c_idx, acc):
+                    out[i] = reg
+                continue
             d = [ctx.new("f32") for _ in range(4)]  # the block's products accumulate in place in these
-            for kk in range(k // (8 * k_width)):
+            if any(g != "" for g in guards):  # some steps skipped or predicated: start d as a copy of acc
+                for x, y in zip(d, acc):
+                    ctx.emit(f"mov.f32 {x}, {y};")
+                acc = d
+            for kk in range(steps):
+                if guards[kk] is None:
+                    continue
                 if (rep_m, kk) not in a_words:
                     a_words[(rep_m, kk)] = words(ctx, [a_regs[i] for i in a_registers(a_map, wm, rep_m, kk, k_width,
                                                                                        pairs)])
@@ -450,7 +577,7 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
                                                                                        pairs)])
                 terms = ([(1, 0), (0, 1), (0, 0)] if split else [(0, 0)])  # (a part, b part): 0 hi, 1 lo
                 for pa, pb in terms:
-                    ctx.emit(f"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, "
+                    ctx.emit(f"{guards[kk]}mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, "
                              f"{{{', '.join(a_words[(rep_m, kk)][pa])}}}, {{{', '.join(b_words[(rep_n, kk)][pb])}}}, "
                              f"{{{', '.join(acc)}}};")
                     acc = d

@@ -717,7 +717,7 @@ class Semantic:
         ax = self.normalize_axis(axis, len(x.shape))
         return TileValue(self.b.create1("mt.scan", [x.handle], x.type, axis=ax, kind=kind))
 
-    def dot(self, a: Any, b: Any, acc: Any, input_precision: Any) -> TileValue:
+    def dot(self, a: Any, b: Any, acc: Any, input_precision: Any, block_structure: Any = None) -> TileValue:
         a, b = self.to_value(a), self.to_value(b)
         for name, t in (("a", a), ("b", b)):
             if not t.is_tile or len(t.shape) != 2:
@@ -738,8 +738,37 @@ class Semantic:
         precision = input_precision if input_precision is not None else "ieee"
         if precision not in ("ieee", "tf32", "tf32x3"):
             raise error(f"input_precision must be 'ieee', 'tf32' or 'tf32x3', got {precision!r}")
+        attrs: dict[str, Any] = {}
+        if block_structure is not None:
+            size, a_kind, b_kind = self.block_structure(block_structure, m, k, n)
+            a, b = self.block_mask(a, size, a_kind), self.block_mask(b, size, b_kind)
+            attrs = dict(block=size, a_blocks=a_kind, b_blocks=b_kind)
         return TileValue(self.b.create1("mt.dot", [a.handle, b.handle, c.handle], c.type,
-                                        input_precision=precision))
+                                        input_precision=precision, **attrs))
+
+    def block_structure(self, structure: Any, m: int, k: int, n: int) -> tuple[int, str, str]:
+        from minitriton.ir.block_structure import KINDS
+
+        if not (isinstance(structure, tuple) and len(structure) == 3):
+            raise error(f"block_structure must be a tuple (block size, a kind, b kind), got {describe(structure)}")
+        size = self.static_int(structure[0], "the block_structure block size")
+        kinds = structure[1:]
+        for what, kind in zip(("a", "b"), kinds):
+            if kind not in KINDS:
+                raise error(f"block_structure: {what}'s kind must be one of {KINDS}, got {describe(kind)}")
+        if size <= 0 or m % size or k % size or n % size:
+            raise error(f"block_structure: block size {size} must divide the dot's M, K and N ({m}, {k}, {n})")
+        return size, kinds[0], kinds[1]
+
+    def block_mask(self, x: TileValue, size: int, kind: str) -> TileValue:
+        """x with the blocks that `kind` does not allow set to zero (block_structure's explicit masks)."""
+        if kind == "full":
+            return x
+        rows, cols = x.shape
+        i = self.binary("floordiv", self.expand_dims(self.arange(0, rows), 1), size)
+        j = self.binary("floordiv", self.expand_dims(self.arange(0, cols), 0), size)
+        keep = self.compare({"diag": "eq", "lower": "le", "strict_lower": "lt"}[kind], j, i)
+        return self.where(keep, x, 0.0)
 
     def static_assert(self, condition: Any, message: str) -> None:
         if isinstance(condition, TileValue):

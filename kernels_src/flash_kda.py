@@ -65,6 +65,9 @@ INTRA_SCAN_LAYOUT = True
 # (the kernels' ACC_STORES) instead of converting each to the coalesced layout through shared memory. Built
 # 2026-12-06, not timed.
 ACC_STORES = False
+# The sliced phase 1's UT inverse as block-structured dots (kda_intra_chunk_sliced_kernel STRUCTURED,
+# `mt.dot(..., block_structure=...)`): the tensor-core work and operand loads off its zero 16x16 blocks skipped.
+STRUCTURED_SOLVE = True
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -177,27 +180,43 @@ def _sigmoid_fast(x):
 
 
 @mt.func
-def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr):
+def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr, STRUCTURED: mt.constexpr):
     """(I - N)^-1 for N strictly lower triangular within SUBxSUB diagonal blocks (one block, or a block-diagonal
-    tile of several: N^16 = 0 either way): prod_i (I + N^(2^i)), all on mt.dot."""
+    tile of several: N^16 = 0 either way): prod_i (I + N^(2^i)), all on mt.dot. STRUCTURED: the products are
+    block-diagonal dots (block_structure), which skip the tensor-core work off the diagonal blocks."""
     power = n_mat
     inv = eye + n_mat
     for _ in mt.static_range(NEUMANN_STEPS):
-        power = mt.dot(power, power, input_precision=PRECISION)
-        inv = inv + mt.dot(inv, power, input_precision=PRECISION)
+        if STRUCTURED:
+            power = mt.dot(power, power, input_precision=PRECISION, block_structure=(SUB, "diag", "diag"))
+            inv = inv + mt.dot(inv, power, input_precision=PRECISION, block_structure=(SUB, "diag", "diag"))
+        else:
+            power = mt.dot(power, power, input_precision=PRECISION)
+            inv = inv + mt.dot(inv, power, input_precision=PRECISION)
     return inv
 
 
 
 @mt.func
-def _ut_inverse(lmat, ci, cj, SOLVE_PRECISION: mt.constexpr):
+def _ut_inverse(lmat, ci, cj, SOLVE_PRECISION: mt.constexpr, STRUCTURED: mt.constexpr):
     """(I + L)^-1 for a strictly lower [BT, BT] L = (I + M)^-1 (I + D)^-1, D its 16x16 diagonal blocks and
     M = (I + D)^-1 F, F = L - D: (I + D)^-1 by Neumann doubling (exact: D^16 = 0, the same products as per 16x16
     block); M is strictly block-lower with 4 blocks, so M^4 = 0 and (I + M)^-1 = (I + M^2)(I - M) (fla's block
-    merges)."""
+    merges).
+
+    STRUCTURED (STRUCTURED_SOLVE): every product says which of its 16x16 blocks can be nonzero (d_inv diagonal;
+    F, M and M^2 strictly lower; the result lower), so the tensor cores skip the rest: at K3 the inverse's
+    mma.sync per warp fall from 320 to about 60 (docs/kernels/flash_kda.md, "Block-structured solve")."""
     eye = (ci == cj).to(mt.float32)
     same_block = (ci // SUB) == (cj // SUB)
-    d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION)
+    d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION, STRUCTURED)
+    if STRUCTURED:
+        m = mt.dot(d_inv, lmat, input_precision=SOLVE_PRECISION, block_structure=(SUB, "diag", "strict_lower"))
+        m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION, block_structure=(SUB, "strict_lower", "strict_lower"))
+        step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION,
+                              block_structure=(SUB, "strict_lower", "diag"))
+        return step + mt.dot(m2, step, input_precision=SOLVE_PRECISION,
+                             block_structure=(SUB, "strict_lower", "lower"))
     m = mt.dot(d_inv, mt.where(same_block, 0.0, lmat), input_precision=SOLVE_PRECISION)
     m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION)
     step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION)
@@ -277,7 +296,7 @@ def kda_intra_chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_b
     lmat = mt.where(ci > cj, lmat * b[:, None], 0.0)
     mt.store(aqk_ptr + base * BT + (row_h[:, None] * BT + cj), aqk, mask=valid[:, None])
 
-    ainv = _ut_inverse(lmat, ci, cj, SOLVE_PRECISION)
+    ainv = _ut_inverse(lmat, ci, cj, SOLVE_PRECISION, False)
 
     # WY factors, tf32 on f32 operands (not bf16: these products carry the UT solve into w and u).
     w = mt.dot(ainv, kk * from_start * b[:, None], input_precision="tf32")
@@ -298,7 +317,8 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                                   w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
                                   K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr,
                                   SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
-                                  WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False):
+                                  WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False,
+                                  STRUCTURED: mt.constexpr = False):
     """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
     slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
     warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
@@ -311,6 +331,8 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     with no cross-warp exchange; otherwise it is loaded coalesced and the scan crosses the 8 warps through
     shared memory (22% of the kernel's PTX at K3).
     
+    STRUCTURED (STRUCTURED_SOLVE): the UT inverse's products are block-structured dots (`_ut_inverse`).
+
     ACC_STORES (ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
     (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
     shared memory first. At K3: bar.sync 81 -> 57, spills 28 -> 0 B, st.global 21 -> 49 (narrower stores).
@@ -401,7 +423,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
         lmat = lmat + (mt.where(ri[:, None] > cj, l_s, 0.0),)
     lmat = mt.cat(lmat, 0)
 
-    ainv = _ut_inverse(lmat, ci, cj, SOLVE_PRECISION)
+    ainv = _ut_inverse(lmat, ci, cj, SOLVE_PRECISION, STRUCTURED)
     # WY factors in column blocks of at most BT: a [BT, BT] x [BT, 64] B operand is 64 registers per thread
     # (warps [4, 2]), a [BT, 128] one 128.
     k_wy = mt.cat(k_wy, 0)
@@ -534,7 +556,7 @@ def kda_intra_chunk_sub16_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr
                 a_row = a_row + (a_diag[s],)
                 l_row = l_row + (l_diag[s],)
         a_rows = a_rows + (a_row,)
-        diag_inv = _unit_lower_inverse(-l_diag[s], eye, SOLVE_PRECISION)
+        diag_inv = _unit_lower_inverse(-l_diag[s], eye, SOLVE_PRECISION, False)
         inv_row = ()
         for t in mt.static_range(NS):
             if t < s:
@@ -1026,8 +1048,9 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel = kda_intra_chunk_kernel
     else:
         kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
-        if INTRA_SCAN_LAYOUT or ACC_STORES:
-            scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES)
+        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE:
+            scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
+                        STRUCTURED=STRUCTURED_SOLVE)
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
 

@@ -317,6 +317,7 @@ class CTA:
         self.regs: dict[str, np.ndarray] = {}
         self.defined: dict[str, np.ndarray] = {}
         self.active = np.ones(nthreads, dtype=bool)
+        self.reading = self.active  # the threads an instruction reads registers in: its guard's (run)
         self.tma = None
         if kernel.uses_tma:
             from ptx_sim_tma import TmaUnit
@@ -343,7 +344,7 @@ class CTA:
             self.tc.check_read(name)
         if name not in self.regs:
             raise SimError(f"register {name} read before any write")
-        undefined = self.active & ~self.defined[name]
+        undefined = self.reading & ~self.defined[name]
         if np.any(undefined):
             raise SimError(f"register {name} read in thread {int(np.argmax(undefined))} where it was never written")
         return self.regs[name]
@@ -435,6 +436,7 @@ class CTA:
                     if self.tma is not None:
                         self.tma.at_exit()
                     return
+                self.reading = mask  # a guarded-off thread's registers may be unwritten: not read there
                 self.execute(ins, mask)
             except SimError as e:
                 raise SimError(f"PTX line {ins.line}: {ins.text}: {e}") from None

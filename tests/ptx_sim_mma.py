@@ -54,6 +54,15 @@ def _halves_to_float(bits: np.ndarray, t: str) -> np.ndarray:
     raise _error(f"tensor-core operands of type {t} are not simulated")
 
 
+def _live_warps(mask: np.ndarray, what: str) -> np.ndarray:
+    """The warps that execute a `.sync.aligned` warp instruction: a guard must be uniform across each warp (the
+    codegen predicates whole warps off, e.g. block-structured dots); mixed lanes are an error."""
+    per_warp = mask.reshape(-1, 32)
+    if np.any(per_warp.any(axis=1) & ~per_warp.all(axis=1)):
+        raise _error(f"{what} with a guard that differs between the lanes of a warp")
+    return np.nonzero(per_warp.all(axis=1))[0]
+
+
 class TensorCoreUnit:
     """Per-CTA state of the tensor-core instructions (attached to a ptx_sim.CTA)."""
 
@@ -96,8 +105,7 @@ class TensorCoreUnit:
 
     def ldmatrix(self, mods: list[str], ops: list[str], mask: np.ndarray) -> None:
         cta = self.cta
-        if not np.all(mask):
-            raise _error("ldmatrix with inactive threads")
+        live = _live_warps(mask, "ldmatrix")
         if "m8n8" not in mods or mods[-1] != "b16" or "shared" not in mods:
             raise _error(f"unsupported ldmatrix.{'.'.join(mods)}")
         count = int(next(m for m in mods if m.startswith("x"))[1:])
@@ -110,9 +118,10 @@ class TensorCoreUnit:
         lane, warp = tids % 32, tids // 32
         warps = cta.n // 32
         for q in range(count):
-            providers = (np.arange(warps)[:, None] * 32 + 8 * q + np.arange(8)[None, :]).ravel()
+            providers = (live[:, None] * 32 + 8 * q + np.arange(8)[None, :]).ravel()
             raw = cta.smem.read(providers, addrs[providers], 16)
-            matrix = np.ascontiguousarray(raw).view(np.uint16).reshape(warps, 8, 8)
+            matrix = np.zeros((warps, 8, 8), dtype=np.uint16)
+            matrix[live] = np.ascontiguousarray(raw).view(np.uint16).reshape(len(live), 8, 8)
             if trans:
                 lo = matrix[warp, 2 * (lane % 4), lane // 4]
                 hi = matrix[warp, 2 * (lane % 4) + 1, lane // 4]
@@ -130,8 +139,7 @@ class TensorCoreUnit:
         if not known or mods[:2] != ["sync", "aligned"] or mods[3:6] != ["row", "col", "f32"] or mods[7] != t \
                 or mods[8] != "f32":
             raise _error(f"unsupported mma.{'.'.join(mods)}")
-        if not np.all(mask):
-            raise _error("mma.sync with inactive threads")
+        _live_warps(mask, "mma.sync")
         d, a, b, c = (_split(x) for x in ops)
         if (len(d), len(a), len(b), len(c)) != (4, 4, 2, 4):
             raise _error(f"mma.{shape} takes 4 D, 4 A, 2 B and 4 C registers")

@@ -320,7 +320,7 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 
 
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
-                                     "sliced_state_tf32"])
+                                     "sliced_state_tf32", "sliced_dense_solve"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -347,6 +347,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     if variant == "sliced_state_tf32":  # the state update in tf32 (the default: bf16x2, v_new's hi and lo halves)
         variant = "sliced"
         monkeypatch.setattr(flash_kda, "STATE_PRECISION", "tf32")
+    if variant == "sliced_dense_solve":  # the UT inverse as dense dots (the default: block-structured)
+        variant = "sliced"
+        monkeypatch.setattr(flash_kda, "STRUCTURED_SOLVE", False)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)

@@ -5,12 +5,15 @@
 chunk_kda runs on CPU tensors with its launches recorded instead of run (kernels_src/flash_kda.py `_launch` is the
 one seam); each recorded kernel is compiled with the argument types and constexprs of its launch, 16-byte aligned
 pointers as the runtime specializes them, and reported: registers, spills, shared memory (ptxas, when on PATH) and
-the bar.sync in its PTX, per innermost loop (tools/barrier_sites.py).
+the bar.sync in its PTX, per innermost loop (tools/barrier_sites.py). `--lines N` adds, per kernel, the N source
+lines with the most shared-memory instructions in the PTX (st.shared, ld.shared, ldmatrix, bar.sync, next to the
+mma and global-memory counts of the same line): which ops stage tiles through shared memory, statically.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import re
 import sys
 from pathlib import Path
 
@@ -74,17 +77,61 @@ def compile_launch(kernel, args, constexprs) -> tuple:  # type: ignore[no-untype
     return compiled, loops
 
 
+_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
+_GUARD = re.compile(r"^@!?%\w+\s+")
+_CLASSES = (("st.shared", "st.shared"), ("ld.shared", "ld.shared"), ("ldmatrix", "ldmatrix"),
+            ("bar.sync", "bar"), ("mma.sync", "mma"), ("wgmma.mma_async", "mma"), ("ld.global", "ld.global"),
+            ("st.global", "st.global"))
+
+
+def ptx_lines(ptx: str) -> dict[int, collections.Counter]:
+    """Instruction classes of the PTX per kernel source line (the `.loc` above each instruction)."""
+    lines: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    current = 0
+    for text in ptx.splitlines():
+        loc = _LOC.match(text)
+        if loc:
+            current = int(loc.group(2))
+            continue
+        op = _GUARD.sub("", text.strip()).split(" ", 1)[0]
+        if not op or op.startswith((".", "//", "}", "{", "$")):
+            continue
+        counts = lines[current]
+        counts["all"] += 1
+        for prefix, name in _CLASSES:
+            if op.startswith(prefix):
+                counts[name] += 1
+                break
+    return lines
+
+
+def _print_lines(ptx: str, top: int) -> None:
+    lines = ptx_lines(ptx)
+    smem = lambda c: c["st.shared"] + c["ld.shared"] + c["ldmatrix"]  # noqa: E731
+    cols = ("st.shared", "ld.shared", "ldmatrix", "bar", "mma", "ld.global", "st.global", "all")
+    print("    line  " + " ".join(f"{c:>9}" for c in cols))
+    for line, c in sorted(lines.items(), key=lambda kv: -smem(kv[1]))[:top]:
+        print(f"    {line:5d} " + " ".join(f"{c[k]:9d}" for k in cols))
+    total = collections.Counter()
+    for c in lines.values():
+        total.update(c)
+    print("    total " + " ".join(f"{total[k]:9d}" for k in cols))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for dim, default in (("T", 8192), ("H", 12), ("K", 128), ("V", 128)):
         parser.add_argument(f"--{dim}", type=int, default=default)
     parser.add_argument("--context-parallel", action="store_true", default=None)
+    parser.add_argument("--lines", type=int, default=0, metavar="N",
+                        help="also print the N source lines with the most shared-memory instructions")
+    parser.add_argument("--kernel", default="", help="only kernels whose name contains this")
     args = parser.parse_args(argv)
     seen = set()
     for kernel, grid, launch_args, constexprs in recorded_launches(args.T, args.H, args.K, args.V,
                                                                     args.context_parallel):
         key = (kernel.__name__, tuple(sorted(constexprs.items())))
-        if key in seen:
+        if key in seen or args.kernel not in kernel.__name__:
             continue
         seen.add(key)
         compiled, loops = compile_launch(kernel, launch_args, constexprs)
@@ -93,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {report}")
         print(f"    bar.sync in the PTX: {sum(loops.values())}; per innermost loop: "
               + ", ".join(f"{loop} {n}" for loop, n in loops.most_common()))
+        if args.lines:
+            _print_lines(compiled.ptx, args.lines)
     return 0
 
 

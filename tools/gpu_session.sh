@@ -13,6 +13,8 @@
 #   flash      tools/flash_kda_variants.py  FlashKDA phase-1 variants per kernel vs fla (issue 5)
 #   sanitize   tools/sanitize.sh          compute-sanitizer memcheck / racecheck on every kernel family
 #   ncu        tools/ncu_profile.sh       Nsight Compute: speed of light, occupancy, stall reasons per K3 / GEMM kernel
+#   lines      tools/ncu_lines.sh         Nsight Compute's per-instruction stall samples (CSV, for tools/ncu_lines.py)
+#              of NCU_LINES="CASE:KERNEL_REGEX:LAUNCH_SKIP ..." (default flash_t8192:kda_intra:0)
 # LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200. KDA_ARGS / KDA_BENCH_ARGS / WARP_ARGS /
 # GEMM_ARGS / FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files (none: only
 # the FlashKDA tests), FLASH_TESTS_K the FlashKDA tests' -k filter (none: skip them).
@@ -30,7 +32,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 
-declare -A LIMIT=([tests]=480 [kda]=240 [kdabench]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300)
+declare -A LIMIT=([tests]=480 [kda]=240 [kdabench]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300 [lines]=400)
 for name in "${!LIMIT[@]}"; do  # LIMIT_<step>=seconds overrides a time box (to fit steps into one device call)
     override="LIMIT_$name"
     [ -n "${!override:-}" ] && LIMIT[$name]=${!override}
@@ -78,6 +80,7 @@ for s in $steps; do
         gemm) tool gemm tools/gemm_ab.py ${GEMM_ARGS:-} ;;
         flash) tool flash tools/flash_kda_variants.py ${FLASH_ARGS:-1x32768x16 1x8192x12} ;;
         ncu) step ncu bash tools/ncu_profile.sh ${NCU_CASES:-} ;;
+        lines) step lines bash -c 'for c in ${NCU_LINES:-flash_t8192:kda_intra:0}; do IFS=: read -r case k skip <<< "$c"; bash tools/ncu_lines.sh "$case" "$k" "${skip:-0}" || exit 1; done' ;;
         sanitize) step sanitize bash tools/sanitize.sh ;;
         *) echo "unknown step $s"; status=1 ;;
     esac

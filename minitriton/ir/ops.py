@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .block_structure import KINDS as BLOCK_KINDS
 from .core import Operation
 from .types import FunctionType, LayoutAttr, PointerType, ScalarType, TensorDescType, TensorType, Type, with_scalar, i1
 
@@ -753,7 +754,8 @@ DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 
 
 @op("mt.dot", "acc + a @ b for 2-D tiles: a MxK, b KxN (f16/bf16/f32, same type), acc MxN f32. Products are exact, "
-    "sums in f32. Attr `input_precision`: 'ieee', or 'tf32' (f32 inputs rounded to tf32 first).")
+    "sums in f32. Attr `input_precision`: 'ieee', or 'tf32' (f32 inputs rounded to tf32 first). Optional attrs `block`, "
+    "`a_blocks`, `b_blocks` (ir/block_structure.py): the operands are zero outside those blocks (masked before the dot).")
 def _dot(o: Operation) -> None:
     counts(o, 3, 1)
     a, b, c = (v.type for v in o.operands)
@@ -768,6 +770,13 @@ def _dot(o: Operation) -> None:
         fail(o, "the accumulator must be f32")
     if o.attrs.get("input_precision", "ieee") not in DOT_PRECISIONS:
         fail(o, f"input_precision must be one of {DOT_PRECISIONS}")
+    if "block" in o.attrs:  # block_structure (ir/block_structure.py): the operands are masked explicitly
+        size = attr(o, "block", int)
+        for name in ("a_blocks", "b_blocks"):
+            if attr(o, name, str) not in BLOCK_KINDS:
+                fail(o, f"{name} must be one of {BLOCK_KINDS}")
+        if size <= 0 or m % size or k % size or n % size:
+            fail(o, f"block {size} must divide M, K and N ({m}, {k}, {n})")
 
 
 # -------------------------------------------------------------------------------------- control flow
