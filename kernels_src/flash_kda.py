@@ -429,7 +429,11 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     k_wy = mt.cat(k_wy, 0)
     WK = min(K, BT)
     for c in mt.static_range(K // WK):
-        w = mt.dot(ainv, k_wy[:, c * WK:(c + 1) * WK], input_precision="tf32")
+        if STRUCTURED:  # ainv is block-lower: a row block's K steps past its diagonal block are skipped
+            w = mt.dot(ainv, k_wy[:, c * WK:(c + 1) * WK], input_precision="tf32",
+                       block_structure=(SUB, "lower", "full"))
+        else:
+            w = mt.dot(ainv, k_wy[:, c * WK:(c + 1) * WK], input_precision="tf32")
         if ACC_STORES:
             _store_block(w_ptr, base, start, end, H, w, K, 0, BT, c * WK, WK, _accumulator_layout(4, WARPS // 4))
         else:
@@ -437,7 +441,10 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     WV = min(V, BT)
     for c in mt.static_range(V // WV):
         vb = _load_cols(v_ptr, base, row_h, valid, V, c * WV, WV) * b[:, None]
-        u = mt.dot(ainv, vb, input_precision="tf32")
+        if STRUCTURED:
+            u = mt.dot(ainv, vb, input_precision="tf32", block_structure=(SUB, "lower", "full"))
+        else:
+            u = mt.dot(ainv, vb, input_precision="tf32")
         if ACC_STORES:
             _store_block(u_ptr, base, start, end, H, u, V, 0, BT, c * WV, WV, _accumulator_layout(4, WARPS // 4))
         else:
