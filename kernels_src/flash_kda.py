@@ -68,6 +68,8 @@ ACC_STORES = False
 # The sliced phase 1's UT inverse as block-structured dots (kda_intra_chunk_sliced_kernel STRUCTURED,
 # `mt.dot(..., block_structure=...)`): the tensor-core work and operand loads off its zero 16x16 blocks skipped.
 STRUCTURED_SOLVE = True
+# The sliced phase 1 prefetches its chunk's k, q and v rows into L1 at the start (kernel PREFETCH).
+INTRA_PREFETCH = True
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -318,7 +320,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                                   K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr,
                                   SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
                                   WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False,
-                                  STRUCTURED: mt.constexpr = False):
+                                  STRUCTURED: mt.constexpr = False, PREFETCH: mt.constexpr = False):
     """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
     slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
     warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
@@ -332,6 +334,10 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     shared memory (22% of the kernel's PTX at K3).
     
     STRUCTURED (STRUCTURED_SOLVE): the UT inverse's products are block-structured dots (`_ut_inverse`).
+
+    PREFETCH (INTRA_PREFETCH): the chunk's k, q and v rows are asked into L1 before the gate is loaded, so their
+    loads later in the program hit L1 instead of each waiting out a DRAM round trip with nothing else in flight
+    (one program an SM: Nsight Compute put 25% of the stall samples on these loads' long scoreboard).
 
     ACC_STORES (ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
     (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
@@ -354,6 +360,10 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
 
     # The gate first, then k (for k_end), and q and k again per sub-chunk in the score loop: fewer [BT, K] tiles
     # live at once (a whole-chunk q and k held across the cumsum spilled).
+    if PREFETCH:
+        _prefetch_rows(k_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64))
+        _prefetch_rows(q_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64))
+        _prefetch_rows(v_ptr, base, row_h, valid, V, 0, max(V // 64, 1), min(V, 64))
     if SCAN_LAYOUT:
         cols = mt.arange(0, K)
         graw = mt.load(g_ptr + base * K + (row_h[:, None] * K + cols[None, :]), mask=valid[:, None], other=0.0,
@@ -1055,9 +1065,9 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel = kda_intra_chunk_kernel
     else:
         kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
-        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE:
+        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH:
             scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
-                        STRUCTURED=STRUCTURED_SOLVE)
+                        STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH)
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
 

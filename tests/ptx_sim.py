@@ -344,7 +344,7 @@ class CTA:
             self.tc.check_read(name)
         if name not in self.regs:
             raise SimError(f"register {name} read before any write")
-        undefined = self.reading & ~self.defined[name]
+        undefined = self.reading & self.active & ~self.defined[name]
         if np.any(undefined):
             raise SimError(f"register {name} read in thread {int(np.argmax(undefined))} where it was never written")
         return self.regs[name]
@@ -420,7 +420,7 @@ class CTA:
             steps += 1
             if steps > 50_000_000:
                 raise SimError("runaway loop")
-            mask = self.active
+            mask = self.reading = self.active
             if ins.guard:
                 neg = ins.guard.startswith("!")
                 p = self.get(ins.guard.lstrip("!"), "pred")

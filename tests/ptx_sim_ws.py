@@ -80,7 +80,9 @@ class WarpSpecializedCTA(CTA):
         if not ins.opcode.startswith("mbarrier.try_wait"):
             return True
         self.active = self.groups[group]  # registers are checked over the group that reads them
+        self.reading = self.active
         mask = self._mask(ins, group)
+        self.reading = mask
         if not mask.any():
             return True
         a, bar = self.tma.barrier_at(ins.operands[1], mask)  # type: ignore[union-attr]
@@ -99,7 +101,9 @@ class WarpSpecializedCTA(CTA):
     def _step(self, pc: int, group: int, state: list[str]) -> int:
         ins = self.k.code[pc]
         self.active = self.groups[group]
+        self.reading = self.active  # the guard is read over the group; the instruction's operands over its mask
         mask = self._mask(ins, group)
+        self.reading = mask
         op = ins.opcode
         try:
             if op.startswith("bra"):
