@@ -66,8 +66,12 @@ INTRA_SCAN_LAYOUT = True
 # 2026-12-06, not timed.
 ACC_STORES = False
 # The sliced phase 1's UT inverse as block-structured dots (kda_intra_chunk_sliced_kernel STRUCTURED,
-# `mt.dot(..., block_structure=...)`): the tensor-core work and operand loads off its zero 16x16 blocks skipped.
-STRUCTURED_SOLVE = True
+# `mt.dot(..., block_structure=...)`): the tensor-core work and operand loads off its zero 16x16 blocks skipped
+# (per warp at K3: mma.sync 576 -> 264-312, ldmatrix 464 -> 308-344). Measured (H100, 2026-12-07 01:2x UTC, same
+# run): phase 1 353.4 -> 364.5 us at B1 T8192 H12, 1840.1 -> 1887.0 us at B1 T32768 H16 (+3%): the inverse's
+# lines hold ~5% of phase 1's stall samples (tools/ncu_lines.py); its masks and guards cost more than the skipped
+# mma.sync saved. Off.
+STRUCTURED_SOLVE = False
 # The sliced phase 1 prefetches its chunk's k, q and v rows into L1 at the start (kernel PREFETCH).
 INTRA_PREFETCH = True
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
