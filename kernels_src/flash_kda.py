@@ -72,8 +72,14 @@ ACC_STORES = False
 # lines hold ~5% of phase 1's stall samples (tools/ncu_lines.py); its masks and guards cost more than the skipped
 # mma.sync saved. Off.
 STRUCTURED_SOLVE = False
-# The sliced phase 1 prefetches its chunk's k, q and v rows into L1 at the start (kernel PREFETCH).
-INTRA_PREFETCH = True
+# The sliced phase 1 prefetches its chunk's k, q and v rows into L1 at the start (kernel PREFETCH): Nsight Compute
+# put 25% of its stall samples on those loads' long scoreboard (2026-12-07). Predicted phase 1 -8% to -15%. Built
+# 2026-12-07; off until timed (the device budget ran out before the call that times it: docs/gpu_runs.md).
+INTRA_PREFETCH = False
+# ... and the next wave's rows (True: the program one SM count of launch slots later; an int n: n slots later)
+# into L2 (kernel AHEAD). Built
+# 2026-12-07, off until timed; predicted with INTRA_PREFETCH: phase 1 -10% to -20%.
+INTRA_PREFETCH_NEXT = False
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -158,11 +164,39 @@ def _accumulator_layout(WM: mt.constexpr, WN: mt.constexpr):
 
 
 @mt.func
-def _prefetch_rows(ptr, base, row_h, valid, COLS: mt.constexpr, C0, LINES: mt.constexpr, LINE: mt.constexpr):
-    """Into L1: the LINES 128-byte lines (LINE elements each) from column C0 of the rows base + row_h of a
-    [tokens, H, COLS] tensor (as _load_rows); one pointer per line, so each line is asked for once."""
+def _prefetch_rows(ptr, base, row_h, valid, COLS: mt.constexpr, C0, LINES: mt.constexpr, LINE: mt.constexpr,
+                   LEVEL: mt.constexpr):
+    """Into cache LEVEL ("L1" or "L2"): the LINES 128-byte lines (LINE elements each) from column C0 of the rows
+    base + row_h of a [tokens, H, COLS] tensor (as _load_rows); one pointer per line, so each line is asked for
+    once."""
     starts = C0 + mt.arange(0, LINES) * LINE
-    mt.prefetch(ptr + base * COLS + (row_h[:, None] * COLS + starts[None, :]), mask=valid[:, None])
+    mt.prefetch(ptr + base * COLS + (row_h[:, None] * COLS + starts[None, :]), mask=valid[:, None], level=LEVEL)
+
+
+@mt.func
+def _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, base, row_h, valid, K: mt.constexpr, V: mt.constexpr,
+                         LEVEL: mt.constexpr):
+    """Phase 1's input rows (g, k, q, v) of one chunk-head into cache LEVEL."""
+    _prefetch_rows(g_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64), LEVEL)
+    _prefetch_rows(k_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64), LEVEL)
+    _prefetch_rows(q_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64), LEVEL)
+    _prefetch_rows(v_ptr, base, row_h, valid, V, 0, max(V // 64, 1), min(V, 64), LEVEL)
+
+
+@mt.func
+def _prefetch_next_wave(chunk_ptr, g_ptr, k_ptr, q_ptr, v_ptr, chunk, h, H, rt, AHEAD: mt.constexpr,
+                        K: mt.constexpr, V: mt.constexpr):
+    """Into L2: the input rows of the program AHEAD launch slots after this one (grid (chunks, H), chunks
+    fastest). With AHEAD = the SM count that is, roughly, the program of the next wave, on whichever SM it lands
+    (which is why L2 and not L1): its loads then wait out an L2 hit, not a DRAM round trip."""
+    n_chunks = mt.num_programs(0)
+    after = h * n_chunks + chunk + AHEAD
+    c_next = after % n_chunks
+    start = mt.load(chunk_ptr + 2 * c_next)
+    end = mt.load(chunk_ptr + 2 * c_next + 1)
+    valid = (start + rt < end) & (after < n_chunks * H)
+    _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, start.to(mt.int64) * H + after // n_chunks, rt * H, valid,
+                         K, V, "L2")
 
 
 @mt.func
@@ -324,7 +358,8 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                                   K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr,
                                   SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
                                   WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False,
-                                  STRUCTURED: mt.constexpr = False, PREFETCH: mt.constexpr = False):
+                                  STRUCTURED: mt.constexpr = False, PREFETCH: mt.constexpr = False,
+                                  AHEAD: mt.constexpr = 0):
     """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
     slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
     warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
@@ -342,6 +377,10 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     PREFETCH (INTRA_PREFETCH): the chunk's k, q and v rows are asked into L1 before the gate is loaded, so their
     loads later in the program hit L1 instead of each waiting out a DRAM round trip with nothing else in flight
     (one program an SM: Nsight Compute put 25% of the stall samples on these loads' long scoreboard).
+
+    AHEAD (INTRA_PREFETCH_NEXT; the SM count, 0 = off): after the gate cumsum, the input rows of the program AHEAD
+    launch slots later go into L2 (`_prefetch_next_wave`): the next wave's first loads (the gate's, which nothing
+    can overlap inside a program) then hit L2.
 
     ACC_STORES (ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
     (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
@@ -365,9 +404,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     # The gate first, then k (for k_end), and q and k again per sub-chunk in the score loop: fewer [BT, K] tiles
     # live at once (a whole-chunk q and k held across the cumsum spilled).
     if PREFETCH:
-        _prefetch_rows(k_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64))
-        _prefetch_rows(q_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64))
-        _prefetch_rows(v_ptr, base, row_h, valid, V, 0, max(V // 64, 1), min(V, 64))
+        _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, base, row_h, valid, K, V, "L1")
     if SCAN_LAYOUT:
         cols = mt.arange(0, K)
         graw = mt.load(g_ptr + base * K + (row_h[:, None] * K + cols[None, :]), mask=valid[:, None], other=0.0,
@@ -377,6 +414,8 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     gate = mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
     b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
     gcum = mt.cumsum(gate, axis=0) * RCP_LN2
+    if AHEAD > 0:
+        _prefetch_next_wave(chunk_ptr, g_ptr, k_ptr, q_ptr, v_ptr, chunk, h, H, rt, AHEAD, K, V)
 
     # Sub-chunk boundaries in log2 units: bound[s] = G just before sub-chunk s (kda.md §1.5), bound[NS] = G_last
     # (rows past the chunk end have g = 0, so the last cumsum row is G_last also in a partial chunk).
@@ -710,13 +749,13 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         if PREFETCH:
             ahead = t0 + BT + rt < end
             base_n = base + BT * H
-            _prefetch_rows(w_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64)
-            _prefetch_rows(kg_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64)
+            _prefetch_rows(w_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64, "L1")
+            _prefetch_rows(kg_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64, "L1")
             if u_col0 >= 0:
-                _prefetch_rows(u_ptr, base_n, rt_h, ahead, V, u_col0, LINES_V, 64)
+                _prefetch_rows(u_ptr, base_n, rt_h, ahead, V, u_col0, LINES_V, 64, "L1")
             if not TRANSITION:
-                _prefetch_rows(qg_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64)
-                _prefetch_rows(aqk_ptr, base_n, rt_h, ahead, BT, 0, LINES_T, 64)
+                _prefetch_rows(qg_ptr, base_n, rt_h, ahead, K, 0, LINES_K, 64, "L1")
+                _prefetch_rows(aqk_ptr, base_n, rt_h, ahead, BT, 0, LINES_T, 64, "L1")
         if CARRIED:
             w = mt.load(w_ptrs, mask=valid[:, None], other=0.0)
             w_ptrs += BT * H * K
@@ -1069,11 +1108,22 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel = kda_intra_chunk_kernel
     else:
         kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
-        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH:
+        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or INTRA_PREFETCH_NEXT:
             scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
-                        STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH)
+                        STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH,
+                        AHEAD=_prefetch_ahead(INTRA_PREFETCH_NEXT, dev))
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
+
+
+def _prefetch_ahead(setting: bool | int, device: torch.device) -> int:
+    """INTRA_PREFETCH_NEXT as the kernel's AHEAD: False -> 0 (off), True -> the SM count (one wave), n -> n."""
+    if isinstance(setting, bool):
+        return _num_sms(device) if setting else 0
+    if not isinstance(setting, int) or setting < 0:
+        raise ValueError(f"flash_kda.INTRA_PREFETCH_NEXT must be True, False or a launch-slot count >= 0, "
+                         f"got {setting!r}")
+    return setting
 
 
 _SLICED_BY_BLOCKS: dict[int, object] = {}

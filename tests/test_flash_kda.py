@@ -320,7 +320,7 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 
 
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
-                                     "sliced_state_tf32", "sliced_dense_solve"])
+                                     "sliced_state_tf32", "sliced_structured_solve", "sliced_prefetch"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -347,9 +347,13 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     if variant == "sliced_state_tf32":  # the state update in tf32 (the default: bf16x2, v_new's hi and lo halves)
         variant = "sliced"
         monkeypatch.setattr(flash_kda, "STATE_PRECISION", "tf32")
-    if variant == "sliced_dense_solve":  # the UT inverse as dense dots (the default: block-structured)
+    if variant == "sliced_structured_solve":  # the UT inverse as block-structured dots (the default: dense)
         variant = "sliced"
-        monkeypatch.setattr(flash_kda, "STRUCTURED_SOLVE", False)
+        monkeypatch.setattr(flash_kda, "STRUCTURED_SOLVE", True)
+    if variant == "sliced_prefetch":  # its rows into L1 and the next wave's into L2 (the interpreter checks them)
+        variant = "sliced"
+        monkeypatch.setattr(flash_kda, "INTRA_PREFETCH", True)
+        monkeypatch.setattr(flash_kda, "INTRA_PREFETCH_NEXT", 1)  # the next program: its rows exist here
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
