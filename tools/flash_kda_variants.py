@@ -17,7 +17,8 @@ variant and fla's chunk_kda on the same tensors. A variant that fails its check 
 RECURRENCE_FUSED_WQ, ACC_STORES) that the default is not; --merge-precision=P times the merge in P;
 --segment-lens=L,... times the defaults with the context-parallel segment length forced to each L (tokens, a
 multiple of 64) at every shape; --knob=NAME=VALUE (repeatable) times the defaults with flash_kda's module constant
-NAME set to VALUE (an int, True / False, or a string), e.g. --knob=STATE_PRECISION=bf16.
+NAME set to VALUE (an int, True / False, or a string), e.g. --knob=STATE_PRECISION=bf16; several constants of
+one variant are joined by commas, e.g. --knob=INTRA_PREFETCH=True,INTRA_PREFETCH_NEXT=True.
 
 --static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
 specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
@@ -107,7 +108,7 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         variants: tuple[str, ...] = tuple(PHASE1), carried: bool = False, prefetch: bool = False,
         transposed: bool = False, recurrence_warps: tuple[int, ...] = (), scan_layout: bool = False,
         merge_precision: str = "", fused_wq: bool = False, segment_lens: tuple[int, ...] = (),
-        acc_stores: bool = False, knobs: tuple[tuple[str, object], ...] = ()) -> None:
+        acc_stores: bool = False, knobs: tuple[tuple[tuple[str, object], ...], ...] = ()) -> None:
     from benchmarks import bench_flash_kda as bench
     from tools.profile_kernels import kernel_times
 
@@ -166,9 +167,12 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
                                    p, base)
         for seg_len in segment_lens:  # the context-parallel split forced: chain length against program count
             time_against_sub16(f"B={B} T={T} H={H} sliced, segments of {seg_len}", p, base, seg_len)
-        for name, value in knobs:  # any module constant in another value
-            with knob(name, value):
-                time_against_sub16(f"B={B} T={T} H={H} sliced, {name} = {value!r}", p, base)
+        for settings in knobs:  # any module constants in other values, together
+            with contextlib.ExitStack() as stack:
+                for name, value in settings:
+                    stack.enter_context(knob(name, value))
+                label = ", ".join(f"{name} = {value!r}" for name, value in settings)
+                time_against_sub16(f"B={B} T={T} H={H} sliced, {label}", p, base)
         for warps in recurrence_warps:  # phase 2's warps forced for every launch
             with knob("RECURRENCE_WARPS", warps):
                 time_against_sub16(f"B={B} T={T} H={H} sliced, recurrence on {warps} warps", p, base)
@@ -236,15 +240,20 @@ def static() -> None:
         print(f"{variant:8s} " + " ".join(f"{k} {v}" for k, v in c.items()), flush=True)
 
 
-def parse_knob(text: str) -> tuple[str, object]:
-    """'NAME=VALUE' -> (NAME, VALUE as int, bool or str); NAME must be one of flash_kda's module constants."""
-    name, sep, raw = text.partition("=")
-    if not sep or not name.isupper() or not hasattr(flash_kda, name):
-        sys.exit(f"--knob={text}: expected NAME=VALUE with NAME one of flash_kda's module constants")
-    value: object = {"True": True, "False": False}.get(raw, raw)
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", raw):
-        value = int(raw)
-    return name, value
+def parse_knob(text: str) -> tuple[tuple[str, object], ...]:
+    """'NAME=VALUE[,NAME=VALUE...]' -> ((NAME, VALUE as int, bool or str), ...); each NAME must be one of
+    flash_kda's module constants."""
+    settings = []
+    for part in text.split(","):
+        name, sep, raw = part.partition("=")
+        if not sep or not name.isupper() or not hasattr(flash_kda, name):
+            sys.exit(f"--knob={text}: expected NAME=VALUE[,NAME=VALUE...] with each NAME one of flash_kda's module "
+                     f"constants")
+        value: object = {"True": True, "False": False}.get(raw, raw)
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", raw):
+            value = int(raw)
+        settings.append((name, value))
+    return tuple(settings)
 
 
 def main() -> None:
@@ -258,7 +267,7 @@ def main() -> None:
     options = {"--state-blocks": "", "--variants": ",".join(PHASE1), "--carried": "no", "--prefetch": "no",
                "--transposed": "no", "--recurrence-warps": "", "--scan-layout": "no", "--merge-precision": "",
                "--fused-wq": "no", "--segment-lens": "", "--acc-stores": "no"}
-    knobs: list[tuple[str, object]] = []
+    knobs: list[tuple[tuple[str, object], ...]] = []
     while args and args[0].startswith("--"):  # --state-blocks=64,32 also times phase 2's column blocks
         name, _, value = args.pop(0).partition("=")
         if name == "--knob":
