@@ -561,14 +561,18 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
                 for i, reg in zip(c_idx, acc):
                     out[i] = reg
                 continue
-            d = [ctx.new("f32") for _ in range(4)]  # the block's products accumulate in place in these
+            chains = _chains(op, steps) if activity is None else 1
+            # the block's products accumulate in place in d (chain c: the K steps kk = c mod chains)
+            ds = [[ctx.new("f32") for _ in range(4)] for _ in range(chains)]
+            accs = [acc] + [[ctx.const("0f00000000", "f32")] * 4] * (chains - 1)
             if any(g != "" for g in guards):  # some steps skipped or predicated: start d as a copy of acc
-                for x, y in zip(d, acc):
+                for x, y in zip(ds[0], acc):
                     ctx.emit(f"mov.f32 {x}, {y};")
-                acc = d
+                accs[0] = ds[0]
             for kk in range(steps):
                 if guards[kk] is None:
                     continue
+                d, acc = ds[kk % chains], accs[kk % chains]
                 if (rep_m, kk) not in a_words:
                     a_words[(rep_m, kk)] = words(ctx, [a_regs[i] for i in a_registers(a_map, wm, rep_m, kk, k_width,
                                                                                        pairs)])
@@ -581,9 +585,26 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
                              f"{{{', '.join(a_words[(rep_m, kk)][pa])}}}, {{{', '.join(b_words[(rep_n, kk)][pb])}}}, "
                              f"{{{', '.join(acc)}}};")
                     acc = d
-            for i, reg in zip(c_idx, acc):
+                accs[kk % chains] = acc
+            for i, reg in zip(c_idx, _sum_chains(ctx, accs)):
                 out[i] = reg
     ctx.bind(op.result, out)
+
+
+def _chains(op: Operation, steps: int) -> int:
+    """The accumulation chains of a dot's tiles: its `k_chains` attr, at most one per K step."""
+    return max(1, min(int(op.attrs.get("k_chains", 1)), steps))
+
+
+def _sum_chains(ctx: KernelContext, accs: list[list[str]]) -> list[str]:
+    """The chains' accumulators added up (chain 0 holds the dot's accumulator operand)."""
+    total = accs[0]
+    for other in accs[1:]:
+        summed = [ctx.new("f32") for _ in range(4)]
+        for s, x, y in zip(summed, total, other):
+            ctx.emit(f"add.f32 {s}, {x}, {y};")
+        total = summed
+    return total
 
 
 def _words_16(ctx: KernelContext, elements: list[str]) -> list[list[str]]:

@@ -717,7 +717,8 @@ class Semantic:
         ax = self.normalize_axis(axis, len(x.shape))
         return TileValue(self.b.create1("mt.scan", [x.handle], x.type, axis=ax, kind=kind))
 
-    def dot(self, a: Any, b: Any, acc: Any, input_precision: Any, block_structure: Any = None) -> TileValue:
+    def dot(self, a: Any, b: Any, acc: Any, input_precision: Any, block_structure: Any = None,
+            k_chains: Any = 1) -> TileValue:
         a, b = self.to_value(a), self.to_value(b)
         for name, t in (("a", a), ("b", b)):
             if not t.is_tile or len(t.shape) != 2:
@@ -743,6 +744,11 @@ class Semantic:
             size, a_kind, b_kind = self.block_structure(block_structure, m, k, n)
             a, b = self.block_mask(a, size, a_kind), self.block_mask(b, size, b_kind)
             attrs = dict(block=size, a_blocks=a_kind, b_blocks=b_kind)
+        chains = self.static_int(k_chains, "k_chains")
+        if chains < 1:
+            raise error(f"k_chains must be at least 1, got {chains}")
+        if chains > 1:
+            attrs["k_chains"] = chains
         return TileValue(self.b.create1("mt.dot", [a.handle, b.handle, c.handle], c.type,
                                         input_precision=precision, **attrs))
 

@@ -80,6 +80,10 @@ INTRA_PREFETCH = False
 # into L2 (kernel AHEAD). Built
 # 2026-12-07, off until timed; predicted with INTRA_PREFETCH: phase 1 -10% to -20%.
 INTRA_PREFETCH_NEXT = False
+# Accumulation chains of the sliced phase 1's score dots (kernel CHAINS): ncu put ~5% of phase 1's stall samples
+# on their fixed-latency waits (one [16, 8] tile a warp, 16 dependent tf32 mma.sync). Built 2026-12-07, untimed;
+# predicted phase 1 -2% to -5% at 2.
+SCORE_CHAINS = 1
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -359,7 +363,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                                   SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
                                   WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False,
                                   STRUCTURED: mt.constexpr = False, PREFETCH: mt.constexpr = False,
-                                  AHEAD: mt.constexpr = 0):
+                                  AHEAD: mt.constexpr = 0, CHAINS: mt.constexpr = 1):
     """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
     slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
     warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
@@ -377,6 +381,9 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     PREFETCH (INTRA_PREFETCH): the chunk's k, q and v rows are asked into L1 before the gate is loaded, so their
     loads later in the program hit L1 instead of each waiting out a DRAM round trip with nothing else in flight
     (one program an SM: Nsight Compute put 25% of the stall samples on these loads' long scoreboard).
+
+    CHAINS (SCORE_CHAINS): the score dots (Aqk and L rows, [16, K] x [K, BT], one accumulator tile a warp and K / 8
+    tf32 K steps in one dependent chain) accumulate in CHAINS independent chains (`mt.dot(..., k_chains=)`).
 
     AHEAD (INTRA_PREFETCH_NEXT; the SM count, 0 = off): after the gate cumsum, the input rows of the program AHEAD
     launch slots later go into L2 (`_prefetch_next_wave`): the next wave's first loads (the gate's, which nothing
@@ -463,7 +470,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
             else:
                 cols = cols + (mt.zeros((SUB, K), mt.float32),)
         col_t = mt.trans(mt.cat(cols, 0))
-        a_s = mt.dot(q_rel, col_t, input_precision="tf32")
+        a_s = mt.dot(q_rel, col_t, input_precision="tf32", k_chains=CHAINS)
         if ACC_STORES:
             _store_block(aqk_ptr, base, start, end, H, mt.where(ri[:, None] >= cj, a_s * scale, 0.0), BT, s * SUB,
                          SUB, 0, BT, _accumulator_layout(1, WARPS))
@@ -472,7 +479,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                      mt.where(ri[:, None] >= cj, a_s * scale, 0.0), mask=valid_s[:, None])
         # L = Diag(beta) K Gamma K^T (beta on the row side: the dot's mma layout then stays out of the [16, K]
         # tiles), tf32 like Aqk: both dots then share one staging of col_t as the B operand
-        l_s = mt.dot(k_rel * b_s[:, None], col_t, input_precision="tf32")
+        l_s = mt.dot(k_rel * b_s[:, None], col_t, input_precision="tf32", k_chains=CHAINS)
         lmat = lmat + (mt.where(ri[:, None] > cj, l_s, 0.0),)
     lmat = mt.cat(lmat, 0)
 
@@ -1108,10 +1115,11 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel = kda_intra_chunk_kernel
     else:
         kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
-        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or INTRA_PREFETCH_NEXT:
+        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or INTRA_PREFETCH_NEXT \
+                or SCORE_CHAINS != 1:
             scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
                         STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH,
-                        AHEAD=_prefetch_ahead(INTRA_PREFETCH_NEXT, dev))
+                        AHEAD=_prefetch_ahead(INTRA_PREFETCH_NEXT, dev), CHAINS=SCORE_CHAINS)
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
 

@@ -350,10 +350,11 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     if variant == "sliced_structured_solve":  # the UT inverse as block-structured dots (the default: dense)
         variant = "sliced"
         monkeypatch.setattr(flash_kda, "STRUCTURED_SOLVE", True)
-    if variant == "sliced_prefetch":  # its rows into L1 and the next wave's into L2 (the interpreter checks them)
+    if variant == "sliced_prefetch":  # its rows into L1, the next wave's into L2 (the interpreter checks them)...
         variant = "sliced"
         monkeypatch.setattr(flash_kda, "INTRA_PREFETCH", True)
         monkeypatch.setattr(flash_kda, "INTRA_PREFETCH_NEXT", 1)  # the next program: its rows exist here
+        monkeypatch.setattr(flash_kda, "SCORE_CHAINS", 2)  # and the score dots in two accumulation chains
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, 16, 16, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
