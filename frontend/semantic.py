@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from minitriton.errors import CompilationError
 from minitriton.ir import Builder, Value
 from minitriton.ir.numeric import round_float, wrap_int
-from minitriton.ir.ops import CACHE_MODIFIERS, FENCE_SEMANTICS, L2_PREFETCH_BYTES, PREFETCH_LEVELS
+from minitriton.ir.ops import CACHE_MODIFIERS, DOT_INSTRUCTIONS, FENCE_SEMANTICS, L2_PREFETCH_BYTES, PREFETCH_LEVELS
 from minitriton.ir.types import (PointerType, ScalarType, TensorDescType, TensorType, Type, bf16, f16, f32, f64, i1,
                                  i32, i64, is_power_of_two, with_scalar)
 
@@ -718,7 +718,7 @@ class Semantic:
         return TileValue(self.b.create1("mt.scan", [x.handle], x.type, axis=ax, kind=kind))
 
     def dot(self, a: Any, b: Any, acc: Any, input_precision: Any, block_structure: Any = None,
-            k_chains: Any = 1) -> TileValue:
+            k_chains: Any = 1, instruction: Any = None) -> TileValue:
         a, b = self.to_value(a), self.to_value(b)
         for name, t in (("a", a), ("b", b)):
             if not t.is_tile or len(t.shape) != 2:
@@ -749,6 +749,10 @@ class Semantic:
             raise error(f"k_chains must be at least 1, got {chains}")
         if chains > 1:
             attrs["k_chains"] = chains
+        if instruction is not None:
+            if instruction not in DOT_INSTRUCTIONS:
+                raise error(f"instruction must be one of {DOT_INSTRUCTIONS}, got {describe(instruction)}")
+            attrs["instruction"] = instruction
         return TileValue(self.b.create1("mt.dot", [a.handle, b.handle, c.handle], c.type,
                                         input_precision=precision, **attrs))
 

@@ -105,6 +105,9 @@ RECURRENCE_TRANSPOSED = False
 # once a chunk, not twice). Measured (H100, 2026-12-06, same run): the recurrence 480.2 -> 461.2 us at B1 T8192 H12,
 # 2354.6 -> 2187.5 us at B1 T32768 H16 (-4% / -7%). On.
 RECURRENCE_FUSED_WQ = True
+# The recurrence's [w; qg] S and state-update dots on wgmma (kernel BIG_DOTS "auto") instead of mma.sync: possible
+# since dot-lowering counts their staging exactly (2026-12-07). Untimed: off.
+RECURRENCE_WGMMA = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
 # serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy: ~2^-21 a product). Measured (H100,
@@ -673,7 +676,7 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                           PREFETCH: mt.constexpr = False, LINES_K: mt.constexpr = 1, LINES_V: mt.constexpr = 1,
                           LINES_T: mt.constexpr = 1, TRANSPOSED: mt.constexpr = False,
                           FUSED_WQ: mt.constexpr = False, ACC_STORES: mt.constexpr = False,
-                          WARPS: mt.constexpr = 4):
+                          WARPS: mt.constexpr = 4, BIG_DOTS: mt.constexpr = "mma"):
     """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
 
     CARRIED (RECURRENCE_CARRIED): the dot operands w, qg, Aqk are read through carried pointer tiles advanced a chunk
@@ -696,6 +699,10 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     FUSED_WQ (RECURRENCE_FUSED_WQ; output mode, state not transposed or carried): `w S` and `qg S` are one
     [w; qg] S dot ([2 BT, K] x [K, BV]), so the state is staged as a B operand once a chunk instead of twice, and
     o = Aqk v_new + (its lower half).
+
+    BIG_DOTS (RECURRENCE_WGMMA: "auto", else "mma"): the instruction of the two [2 BT, K] x [K, BV] dots, [w; qg] S
+    and the bf16x2 state update; "auto" lets dot-lowering put them on wgmma (their two staged tiles fill the 48 KB
+    of static shared memory exactly).
 
     ACC_STORES (ACC_STORES; state not transposed): o is stored from its accumulator's layout on WARPS (the
     program's warps) rather than converted to the coalesced one through shared memory: 2 bar.sync a chunk fewer.
@@ -782,7 +789,7 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         if FUSED_WQ:
             qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
             aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None], other=0.0)
-            wq_s = mt.dot(mt.cat((w, qg), 0), state_lo)
+            wq_s = mt.dot(mt.cat((w, qg), 0), state_lo, instruction=BIG_DOTS)
             v_new = u - wq_s[0:BT, :]
             v_lo = v_new.to(mt.bfloat16)
             o = mt.dot(aqk, v_lo, wq_s[BT:2 * BT, :])
@@ -822,7 +829,8 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
             state = state * decay[:, None] + mt.dot(kg_t.to(mt.float32), v_new, input_precision="tf32")
         elif STATE_PRECISION == "bf16x2":  # v_new = hi + lo in bf16 (16 bits; kg is bf16 already): one dot, K = 2 BT
             v_rest = (v_new - v_lo.to(mt.float32)).to(mt.bfloat16)
-            state = mt.dot(mt.cat((kg_t, kg_t), 1), mt.cat((v_lo, v_rest), 0), state * decay[:, None])
+            state = mt.dot(mt.cat((kg_t, kg_t), 1), mt.cat((v_lo, v_rest), 0), state * decay[:, None],
+                           instruction=BIG_DOTS)
         else:
             state = state * decay[:, None] + mt.dot(kg_t, v_lo)
     if TRANSPOSED:
@@ -1182,7 +1190,7 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         PREFETCH=RECURRENCE_PREFETCH, LINES_K=_lines(K), LINES_V=_lines(bv), LINES_T=_lines(CHUNK),
         TRANSPOSED=RECURRENCE_TRANSPOSED, FUSED_WQ=RECURRENCE_FUSED_WQ and not (
             transition or RECURRENCE_TRANSPOSED or RECURRENCE_CARRIED),
-        ACC_STORES=ACC_STORES, WARPS=warps, num_warps=warps)
+        ACC_STORES=ACC_STORES, WARPS=warps, BIG_DOTS="auto" if RECURRENCE_WGMMA else "mma", num_warps=warps)
 
 
 def _lines(elements: int, itemsize: int = 2) -> int:

@@ -179,7 +179,7 @@ def store_tensor_descriptor(desc: Any, offsets: Any, value: Any, _sem: Any = Non
 
 @builtin
 def dot(a: Any, b: Any, acc: Any = None, input_precision: str | None = None, block_structure: Any = None,
-        k_chains: int = 1, _sem: Any = None) -> Any:
+        k_chains: int = 1, instruction: str | None = None, _sem: Any = None) -> Any:
     """acc + a @ b for 2-D tiles (a: MxK, b: KxN of f16, bf16 or f32), accumulated in f32.
     `input_precision="tf32"` lets f32 inputs round to tf32 (tensor cores); `"tf32x3"` splits each f32 input into
     two tf32 parts and sums three tensor-core products (hi*hi + hi*lo + lo*hi: about fp32 accuracy at 3x the
@@ -189,8 +189,10 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: str | None = None, blo
     acc + mask(a) @ mask(b), and the tensor-core work that only meets zero blocks is skipped.
     `k_chains=n`: each warp accumulates its tiles in n independent chains over alternating K steps, summed at
     the end (mma.sync): more instruction-level parallelism where a warp holds one or two accumulator tiles and a
-    long K, at n - 1 extra adds a register; the sums round in another order."""
-    return _sem.dot(a, b, acc, input_precision, block_structure, k_chains)
+    long K, at n - 1 extra adds a register; the sums round in another order.
+    `instruction="wgmma" | "mma" | "fma"` asks for that instruction for this dot where it applies (the compiler's
+    choice otherwise, "auto"; passes/dot_lowering.py)."""
+    return _sem.dot(a, b, acc, input_precision, block_structure, k_chains, instruction)
 
 
 @builtin

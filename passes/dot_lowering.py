@@ -2,7 +2,8 @@
 
 Runs after "tiling". For every mt.dot whose a and b are f16 or bf16 (or f32 with input_precision "tf32" or
 "tf32x3": mma.sync m16n8k8 on tf32, kWidth 1; tf32x3 issues three per step, codegen/mma.py), it picks (func attr
-`dot_instruction`: "auto", the default, or "wgmma" / "mma" / "fma" to force one where it applies):
+`dot_instruction`: "auto", the default, or "wgmma" / "mma" / "fma" to force one where it applies; a dot's own attr
+`instruction`, from `mt.dot(..., instruction=)`, overrides it for that dot):
 
   wgmma.mma_async m64nNk16  num_warps a multiple of 4, M a multiple of 16 * num_warps (64 rows per warpgroup and
                             instruction), N a multiple of 8, K of 16, a and b together within the shared-memory
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 from minitriton.ir.layouts import blocked, default_layout, identity, register_permutation, thread_map
 from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
+from minitriton.ir.ops import DOT_INSTRUCTIONS
 from minitriton.ir.mma_layouts import (dot_operand_layout, dot_operand_thread_map, is_accumulator_blocked, mma_layout,
                                       shared_layout, tiles_accumulator, warps_of)
 from minitriton.errors import CompilationError
@@ -61,7 +63,7 @@ from .tiling import assign_layouts
 
 # The static shared memory a kernel may use (codegen/context.py SMEM_LIMIT): operands are staged through it.
 SMEM_BUDGET = 48 * 1024
-CHOICES = ("auto", "wgmma", "mma", "fma")
+CHOICES = DOT_INSTRUCTIONS  # func attr dot_instruction, or a dot's own attr instruction
 DEFAULT_CHOICE = "auto"  # for kernels without a `dot_instruction` attr ("mma" keeps wgmma off everywhere)
 TENSOR_CORE_TYPES = ("f16", "bf16")
 TF32_PRECISIONS = ("tf32", "tf32x3")  # f32 dots that may run on tf32 tensor cores (tf32x3: three products each)
@@ -89,15 +91,16 @@ def dot_lowering(module: Module) -> Module:
 def lower_dots(func: Operation) -> bool:
     """Rewrite the eligible dots of `func`; True when there was one."""
     warps = warps_of_ops(func)  # each dot is laid out on its partition's warps (minitriton/ir/partitions.py)
-    prefer = func.attrs.get("dot_instruction", DEFAULT_CHOICE)
-    if prefer not in CHOICES:
-        raise ValueError(f"dot-lowering: dot_instruction must be one of {CHOICES}, got {prefer!r}")
+    default = func.attrs.get("dot_instruction", DEFAULT_CHOICE)
+    if default not in CHOICES:
+        raise ValueError(f"dot-lowering: dot_instruction must be one of {CHOICES}, got {default!r}")
     chosen = {}
     for op in func.walk():
         if op.name == "mt.dot":
             _check_not_lowered(func, op)
             in_rings = operands_in_rings(func, op) or ring_slot_operands(op) is not None
-            choice = choose(op, warps[op], prefer, in_rings)
+            prefer = op.attrs.get("instruction", default)  # a dot's own `mt.dot(..., instruction=)` wins
+            choice = choose(op, warps[op], prefer if prefer != "auto" else default, in_rings)
             if choice is not None:
                 chosen[op] = choice
     if not chosen:
@@ -250,7 +253,7 @@ def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False) -
     staged per dot, or read in place from two or more ring stages when `in_rings`)."""
     from .pipeline import DYNAMIC_BUDGET
 
-    staged = (m + n) * k * 2 + 1024  # both operands at once, the second one 1024-byte aligned
+    staged = -(-m * k * 2 // 1024) * 1024 + n * k * 2  # A, then B at the next 1024 bytes (codegen/wgmma.py)
     budget = SMEM_BUDGET
     if in_rings:
         # 2 stages, and the static scratch buffer for the epilogue (the codegen keeps it within the static limit)

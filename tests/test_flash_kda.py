@@ -320,7 +320,8 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 
 
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
-                                     "sliced_state_tf32", "sliced_structured_solve", "sliced_prefetch"])
+                                     "sliced_state_tf32", "sliced_structured_solve", "sliced_prefetch",
+                                     "sliced_k128_recurrence_wgmma"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -355,8 +356,12 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
         monkeypatch.setattr(flash_kda, "INTRA_PREFETCH", True)
         monkeypatch.setattr(flash_kda, "INTRA_PREFETCH_NEXT", 1)  # the next program: its rows exist here
         monkeypatch.setattr(flash_kda, "SCORE_CHAINS", 2)  # and the score dots in two accumulation chains
+    head = 16
+    if variant == "sliced_k128_recurrence_wgmma":  # K3's head size: the recurrence's two big dots on wgmma
+        variant, head = "sliced", 128
+        monkeypatch.setattr(flash_kda, "RECURRENCE_WGMMA", True)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
-    x = make_inputs(1, 140, 1, 16, 16, seed=15)
+    x = make_inputs(1, 140, 1, head, head, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
     phase1 = PHASE1_KERNELS[variant]
     assert [k.__name__ for k, *_ in launches] == [phase1, "kda_recurrence_kernel", "kda_merge_kernel",
@@ -375,8 +380,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
         for i in outputs:
             err = helpers.rel_err(simulated[i], after[i])
             # the mma accumulation order differs from the interpreter's float64 sums: a few bf16 outputs may round
-            # one ulp apart (a wrong index or mask would be O(1) off)
-            assert err <= 1e-4, f"{kernel.__name__} {params[i]}: PTX vs interpreter {err}"
+            # one ulp apart, more of them at K = 128 (a wrong index or mask would be O(1) off)
+            bound = 1e-4 if head == 16 else 2e-3
+            assert err <= bound, f"{kernel.__name__} {params[i]}: PTX vs interpreter {err}"
 
 
 # ---------------------------------------------------------------------------------- planning, errors

@@ -751,12 +751,14 @@ def _scan(o: Operation) -> None:
 
 
 DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
+DOT_INSTRUCTIONS = ("auto", "wgmma", "mma", "fma")  # passes/dot_lowering.py CHOICES
 
 
 @op("mt.dot", "acc + a @ b for 2-D tiles: a MxK, b KxN (f16/bf16/f32, same type), acc MxN f32. Products are exact, "
     "sums in f32. Attr `input_precision`: 'ieee', or 'tf32' (f32 inputs rounded to tf32 first). Optional attrs `block`, "
     "`a_blocks`, `b_blocks` (ir/block_structure.py): the operands are zero outside those blocks (masked before the dot). "
-    "Optional attr `k_chains`: independent accumulation chains per tile over alternating K steps (mma.sync).")
+    "Optional attr `k_chains`: independent accumulation chains per tile over alternating K steps (mma.sync); "
+    "`instruction`: auto / wgmma / mma / fma for this dot (passes/dot_lowering.py).")
 def _dot(o: Operation) -> None:
     counts(o, 3, 1)
     a, b, c = (v.type for v in o.operands)
@@ -780,6 +782,8 @@ def _dot(o: Operation) -> None:
             fail(o, f"block {size} must divide M, K and N ({m}, {k}, {n})")
     if "k_chains" in o.attrs and attr(o, "k_chains", int) < 1:  # type: ignore[operator]
         fail(o, "k_chains must be at least 1")
+    if "instruction" in o.attrs and attr(o, "instruction", str) not in DOT_INSTRUCTIONS:
+        fail(o, f"instruction must be one of {DOT_INSTRUCTIONS}")
 
 
 # -------------------------------------------------------------------------------------- control flow
