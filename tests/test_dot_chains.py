@@ -86,3 +86,48 @@ def test_bad_chain_counts_are_clear_errors(chains: Any, message: str) -> None:
     with pytest.raises(CompilationError, match=re.escape(message)) as info:
         compile_to_ir(bad, {"a_ptr": P(f32), "o_ptr": P(f32)}, {})
     assert "test_dot_chains.py" in str(info.value)
+
+
+# ------------------------------------------------------------------ mt.dot(..., instruction=)
+
+
+@mt.kernel
+def chosen_dot_kernel(a_ptr, b_ptr, o_ptr, INSTRUCTION: mt.constexpr):
+    r = mt.arange(0, 64)
+    a = mt.load(a_ptr + r[:, None] * 64 + r[None, :])
+    b = mt.load(b_ptr + r[:, None] * 64 + r[None, :])
+    mt.store(o_ptr + r[:, None] * 64 + r[None, :], mt.dot(a, b, instruction=INSTRUCTION))
+
+
+@pytest.mark.parametrize("instruction, present, absent", [("auto", "wgmma.mma_async", "mma.sync"),
+                                                         ("mma", "mma.sync", "wgmma"), ("fma", "fma.rn.f32", "mma")])
+def test_a_dot_picks_its_instruction(instruction: str, present: str, absent: str) -> None:
+    """A 64^3 bf16 dot on 4 warps is wgmma by default; `instruction=` moves it, and the result still matches."""
+    def make() -> Module:
+        module = compile_to_ir(chosen_dot_kernel, {"a_ptr": P(bf16), "b_ptr": P(bf16), "o_ptr": P(f32)},
+                               {"INSTRUCTION": instruction}, divisibility={p: 16 for p in ("a_ptr", "b_ptr", "o_ptr")},
+                               num_warps=4)
+        return run_passes(module, ["canonicalize"])
+
+    ptx, _, _ = lower(make)
+    assert present in ptx and absent not in ptx
+    gen = torch.Generator().manual_seed(7)
+    args = [torch.randn(64, 64, generator=gen).bfloat16(), torch.randn(64, 64, generator=gen).bfloat16(),
+            torch.full((64, 64), float("nan"))]
+    assert rel_err(run_simulated(make, (1,), args, ptx)[2], run_interpreted(make, (1,), args)[2]) <= 1e-5
+
+
+def test_a_bad_instruction_is_a_clear_error() -> None:
+    with pytest.raises(CompilationError, match="instruction must be one of") as info:
+        compile_to_ir(chosen_dot_kernel, {"a_ptr": P(bf16), "b_ptr": P(bf16), "o_ptr": P(f32)}, {"INSTRUCTION": "hmma"})
+    assert "test_dot_chains.py" in str(info.value)
+
+
+def test_wgmma_fit_counts_the_staging_exactly() -> None:
+    """codegen/wgmma.py stages A, then B at the next 1024 bytes: [128, 128] x [128, 64] bf16 needs 32768 + 16384 =
+    49152 B, exactly the static budget (FlashKDA's recurrence dots); one more 8-column block of B does not fit.
+    (M is a multiple of 64 and K of 16 for wgmma, so A always ends on a 1024-byte boundary.)"""
+    from minitriton.passes.dot_lowering import fits_wgmma
+
+    assert fits_wgmma(128, 64, 128, 4)
+    assert not fits_wgmma(128, 72, 128, 4)
