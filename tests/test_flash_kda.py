@@ -321,7 +321,7 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
                                      "sliced_state_tf32", "sliced_structured_solve", "sliced_prefetch",
-                                     "sliced_k128_recurrence_wgmma"])
+                                     "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -357,7 +357,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
         monkeypatch.setattr(flash_kda, "INTRA_PREFETCH_NEXT", 1)  # the next program: its rows exist here
         monkeypatch.setattr(flash_kda, "SCORE_CHAINS", 2)  # and the score dots in two accumulation chains
     head = 16
-    if variant == "sliced_k128_recurrence_wgmma":  # K3's head size: the recurrence's two big dots on wgmma
+    if variant.startswith("sliced_k128_recurrence_wgmma"):  # K3's head size: the recurrence's big dots on wgmma
+        if variant.endswith("8_warps"):  # two warpgroups: the [2 BT, K] dots on wgmma, the [BT, ...] ones not
+            monkeypatch.setattr(flash_kda, "RECURRENCE_WARPS", 8)
         variant, head = "sliced", 128
         monkeypatch.setattr(flash_kda, "RECURRENCE_WGMMA", True)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
