@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -181,3 +183,8 @@ def test_diagonal_squaring_issues_an_eighth_of_the_mma() -> None:
     assert len(re.findall(r"\bmma\.sync", ptx)) == len(guarded) == 8
     dense_ptx, _, _ = lower(maker(64, 64, 64, f32, 8, None))
     assert len(re.findall(r"\bmma\.sync", dense_ptx)) == 32
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from flash_kda_ptx import per_warp_counts  # evaluates the warp guards, as the hardware would
+
+    assert [c["mma"] for c in per_warp_counts(ptx, 8)] == [4] * 8
+    assert [c["mma"] for c in per_warp_counts(dense_ptx, 8)] == [32] * 8

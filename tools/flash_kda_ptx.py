@@ -8,6 +8,8 @@ pointers as the runtime specializes them, and reported: registers, spills, share
 the bar.sync in its PTX, per innermost loop (tools/barrier_sites.py). `--lines N` adds, per kernel, the N source
 lines with the most shared-memory instructions in the PTX (st.shared, ld.shared, ldmatrix, bar.sync, next to the
 mma and global-memory counts of the same line): which ops stage tiles through shared memory, statically.
+`--per-warp` adds the mma.sync / ldmatrix each warp executes, evaluating the warp-uniform guards of
+block-structured dots (codegen/mma.py `_warp_guard`: `bfe.u32 bit, MASK, warp % n, 1; setp.ne.u32 p, bit, 0`).
 """
 from __future__ import annotations
 
@@ -105,6 +107,33 @@ def ptx_lines(ptx: str) -> dict[int, collections.Counter]:
     return lines
 
 
+_GUARDED = re.compile(r"^\s*@(%p\d+) (\S+)")
+
+
+def per_warp_counts(ptx: str, warps: int) -> list[collections.Counter]:
+    """mma.sync and ldmatrix executed by each warp: unguarded ones by all, warp-guarded ones by the warps in their
+    mask (other guards count as executed)."""
+    consts = dict(re.findall(r"mov\.b32 (%r\d+), (\d+);", ptx))
+    index = dict(re.findall(r"and\.b32 (%r\d+), %r\d+, (\d+);", ptx))
+    bits = {b: (int(consts[m]), int(index[i])) for b, m, i in
+            re.findall(r"bfe\.u32 (%r\d+), (%r\d+), (%r\d+), 1;", ptx) if m in consts and i in index}
+    preds = {p: bits[b] for p, b in re.findall(r"setp\.ne\.u32 (%p\d+), (%r\d+), 0;", ptx) if b in bits}
+    counts = [collections.Counter() for _ in range(warps)]
+    for line in ptx.splitlines():
+        guarded = _GUARDED.match(line)
+        op = guarded.group(2) if guarded else line.strip().split(" ", 1)[0]
+        kind = "mma" if op.startswith("mma.sync") else "ldmatrix" if op.startswith("ldmatrix") else None
+        if kind is None:
+            continue
+        for w in range(warps):
+            if guarded and guarded.group(1) in preds:
+                mask, low_bits = preds[guarded.group(1)]
+                if not (mask >> (w & low_bits)) & 1:
+                    continue
+            counts[w][kind] += 1
+    return counts
+
+
 def _print_lines(ptx: str, top: int) -> None:
     lines = ptx_lines(ptx)
     smem = lambda c: c["st.shared"] + c["ld.shared"] + c["ldmatrix"]  # noqa: E731
@@ -126,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=0, metavar="N",
                         help="also print the N source lines with the most shared-memory instructions")
     parser.add_argument("--kernel", default="", help="only kernels whose name contains this")
+    parser.add_argument("--per-warp", action="store_true", help="also print each warp's mma.sync / ldmatrix")
     args = parser.parse_args(argv)
     seen = set()
     for kernel, grid, launch_args, constexprs in recorded_launches(args.T, args.H, args.K, args.V,
@@ -142,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{loop} {n}" for loop, n in loops.most_common()))
         if args.lines:
             _print_lines(compiled.ptx, args.lines)
+        if args.per_warp:
+            for w, c in enumerate(per_warp_counts(compiled.ptx, constexprs.get("num_warps", 4))):
+                print(f"    warp {w}: mma.sync {c['mma']}, ldmatrix {c['ldmatrix']}")
     return 0
 
 
