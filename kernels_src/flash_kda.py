@@ -84,6 +84,10 @@ INTRA_PREFETCH_NEXT = False
 # on their fixed-latency waits (one [16, 8] tile a warp, 16 dependent tf32 mma.sync). Built 2026-12-07, untimed;
 # predicted phase 1 -2% to -5% at 2.
 SCORE_CHAINS = 1
+# The sliced phase 1 as a persistent grid, one program an SM walking the chunk-heads and prefetching the next one's
+# rows into L1 (kda_intra_chunk_sliced_persistent_kernel; INTRA_PREFETCH_NEXT does not apply). Built 2026-12-07,
+# untimed: off.
+INTRA_PERSISTENT = False
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -359,45 +363,14 @@ def _scan_layout(BT: mt.constexpr, WARPS: mt.constexpr):
     return mt.blocked([8, 1], [BT // 8, 256 // BT], [1, WARPS], [0, 1])
 
 
-@mt.kernel(min_blocks_per_sm=1)
-def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
-                                  w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
-                                  K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr,
-                                  SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
-                                  WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False,
-                                  STRUCTURED: mt.constexpr = False, PREFETCH: mt.constexpr = False,
-                                  AHEAD: mt.constexpr = 0, CHAINS: mt.constexpr = 1):
-    """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
-    slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
-    warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
-    one exp2 per element plus [K]-vector factors per (row block, column block). The same outputs as
-    kda_intra_chunk_kernel up to rounding (L here is tf32 with beta on its row side; chunk64's is bf16).
-    docs/kernels/flash_kda.md, version 3, has the instruction counts and the register-pressure choices.
-
-    SCAN_LAYOUT (INTRA_SCAN_LAYOUT): the gate is loaded with each thread holding 8 consecutive rows of a column
-    and a warp all BT = 64 rows (`_scan_layout`), so its cumsum is 8 adds in the thread and 3 shuffle rounds,
-    with no cross-warp exchange; otherwise it is loaded coalesced and the scan crosses the 8 warps through
-    shared memory (22% of the kernel's PTX at K3).
-    
-    STRUCTURED (STRUCTURED_SOLVE): the UT inverse's products are block-structured dots (`_ut_inverse`).
-
-    PREFETCH (INTRA_PREFETCH): the chunk's k, q and v rows are asked into L1 before the gate is loaded, so their
-    loads later in the program hit L1 instead of each waiting out a DRAM round trip with nothing else in flight
-    (one program an SM: Nsight Compute put 25% of the stall samples on these loads' long scoreboard).
-
-    CHAINS (SCORE_CHAINS): the score dots (Aqk and L rows, [16, K] x [K, BT], one accumulator tile a warp and K / 8
-    tf32 K steps in one dependent chain) accumulate in CHAINS independent chains (`mt.dot(..., k_chains=)`).
-
-    AHEAD (INTRA_PREFETCH_NEXT; the SM count, 0 = off): after the gate cumsum, the input rows of the program AHEAD
-    launch slots later go into L2 (`_prefetch_next_wave`): the next wave's first loads (the gate's, which nothing
-    can overlap inside a program) then hit L2.
-
-    ACC_STORES (ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
-    (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
-    shared memory first. At K3: bar.sync 81 -> 57, spills 28 -> 0 B, st.global 21 -> 49 (narrower stores).
-    """
-    chunk = mt.program_id(0)
-    h = mt.program_id(1)
+@mt.func
+def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr, w_ptr, u_ptr,
+                  kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K: mt.constexpr, V: mt.constexpr,
+                  BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr, WARPS: mt.constexpr,
+                  ACC_STORES: mt.constexpr, STRUCTURED: mt.constexpr, PREFETCH: mt.constexpr,
+                  AHEAD: mt.constexpr, CHAINS: mt.constexpr):
+    """One chunk-head of the sliced phase 1 (the body of kda_intra_chunk_sliced_kernel and of its persistent
+    form; the docstring of the former says what it computes and what each constexpr does)."""
     start = mt.load(chunk_ptr + 2 * chunk)
     end = mt.load(chunk_ptr + 2 * chunk + 1)
     NS = BT // SUB
@@ -513,6 +486,76 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
         else:
             _store_cols(u_ptr, base, row_h, valid, u, V, c * WV, WV)
     mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
+
+
+@mt.kernel(min_blocks_per_sm=1)
+def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
+                                  w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
+                                  K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr,
+                                  SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
+                                  WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False,
+                                  STRUCTURED: mt.constexpr = False, PREFETCH: mt.constexpr = False,
+                                  AHEAD: mt.constexpr = 0, CHAINS: mt.constexpr = 1):
+    """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
+    slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
+    warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
+    one exp2 per element plus [K]-vector factors per (row block, column block). The same outputs as
+    kda_intra_chunk_kernel up to rounding (L here is tf32 with beta on its row side; chunk64's is bf16).
+    docs/kernels/flash_kda.md, version 3, has the instruction counts and the register-pressure choices.
+
+    SCAN_LAYOUT (INTRA_SCAN_LAYOUT): the gate is loaded with each thread holding 8 consecutive rows of a column
+    and a warp all BT = 64 rows (`_scan_layout`), so its cumsum is 8 adds in the thread and 3 shuffle rounds,
+    with no cross-warp exchange; otherwise it is loaded coalesced and the scan crosses the 8 warps through
+    shared memory (22% of the kernel's PTX at K3).
+    
+    STRUCTURED (STRUCTURED_SOLVE): the UT inverse's products are block-structured dots (`_ut_inverse`).
+
+    PREFETCH (INTRA_PREFETCH): the chunk's k, q and v rows are asked into L1 before the gate is loaded, so their
+    loads later in the program hit L1 instead of each waiting out a DRAM round trip with nothing else in flight
+    (one program an SM: Nsight Compute put 25% of the stall samples on these loads' long scoreboard).
+
+    CHAINS (SCORE_CHAINS): the score dots (Aqk and L rows, [16, K] x [K, BT], one accumulator tile a warp and K / 8
+    tf32 K steps in one dependent chain) accumulate in CHAINS independent chains (`mt.dot(..., k_chains=)`).
+
+    AHEAD (INTRA_PREFETCH_NEXT; the SM count, 0 = off): after the gate cumsum, the input rows of the program AHEAD
+    launch slots later go into L2 (`_prefetch_next_wave`): the next wave's first loads (the gate's, which nothing
+    can overlap inside a program) then hit L2.
+
+    ACC_STORES (ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
+    (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
+    shared memory first. At K3: bar.sync 81 -> 57, spills 28 -> 0 B, st.global 21 -> 49 (narrower stores).
+    """
+    _sliced_chunk(mt.program_id(0), mt.program_id(1), q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+                  chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K, V, BT,
+                  SOLVE_PRECISION, SCAN_LAYOUT, WARPS, ACC_STORES, STRUCTURED, PREFETCH, AHEAD, CHAINS)
+
+
+@mt.kernel(min_blocks_per_sm=1)
+def kda_intra_chunk_sliced_persistent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+                                             chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale,
+                                             lower_bound, n_chunks, K: mt.constexpr, V: mt.constexpr,
+                                             BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr,
+                                             SCAN_LAYOUT: mt.constexpr = False, WARPS: mt.constexpr = 8,
+                                             ACC_STORES: mt.constexpr = False, STRUCTURED: mt.constexpr = False,
+                                             PREFETCH: mt.constexpr = False, CHAINS: mt.constexpr = 1):
+    """kda_intra_chunk_sliced_kernel as a persistent grid (INTRA_PERSISTENT): program p walks the chunk-heads
+    p, p + programs, ... (chunks fastest, as the plain grid orders them) and, before each, asks the next one's
+    input rows into L1: its own SM's next work, so nothing of a chunk-head's loads but the first waits on DRAM
+    (the plain grid exposes every program's first loads: ~7% of phase 1's stall samples on the gate alone)."""
+    rt = mt.arange(0, BT)
+    items = n_chunks * H
+    step = mt.num_programs(0)
+    for item in range(mt.program_id(0), items, step):
+        after = item + step
+        c_next = after % n_chunks
+        start = mt.load(chunk_ptr + 2 * c_next)
+        end = mt.load(chunk_ptr + 2 * c_next + 1)
+        ahead = (start + rt < end) & (after < items)
+        _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, start.to(mt.int64) * H + after // n_chunks, rt * H, ahead,
+                             K, V, "L1")
+        _sliced_chunk(item % n_chunks, item // n_chunks, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr,
+                      dt_bias_ptr, chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
+                      K, V, BT, SOLVE_PRECISION, SCAN_LAYOUT, WARPS, ACC_STORES, STRUCTURED, PREFETCH, 0, CHAINS)
 
 
 @mt.func
@@ -1121,6 +1164,12 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel, args = kda_intra_chunk_sub16_kernel, args + (float(2.0 ** shift), float(2.0 ** -shift))
     elif variant == "chunk64":
         kernel = kda_intra_chunk_kernel
+    elif INTRA_PERSISTENT:  # one program an SM walks the chunk-heads, prefetching the next one into L1
+        scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES, STRUCTURED=STRUCTURED_SOLVE,
+                    PREFETCH=INTRA_PREFETCH, CHAINS=SCORE_CHAINS)
+        _launch(kda_intra_chunk_sliced_persistent_kernel, (min(_num_sms(dev), n_chunks * H),), args + (n_chunks,),
+                K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
+        return out
     else:
         kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
         if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or INTRA_PREFETCH_NEXT \
