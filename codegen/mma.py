@@ -205,10 +205,11 @@ def _mma_activity(ctx: KernelContext, op: Operation) -> dict[tuple[int, int, int
         for rep_m in range(m // (16 * wm)):
             for rep_n in range(n // (8 * wn)):
                 for kk in range(k // step):
+                    ks = range(step * kk, step * (kk + 1))
                     act[(rep_m, rep_n, kk)] = frozenset(
                         w_m * wn + w_n for w_m in range(wm) for w_n in range(wn)
-                        if active(structure, [logical_row(r, w_m, rep_m, wm) for r in range(16)],
-                                  range(step * kk, step * (kk + 1)), [logical_col(c, w_n, rep_n, wn) for c in range(8)]))
+                        if active(structure, [logical_row(r, w_m, rep_m, wm) for r in range(16)], ks,
+                                  [logical_col(c, w_n, rep_n, wn) for c in range(8)]))
         ctx._cache[key] = act  # type: ignore[assignment]
     return ctx._cache[key]  # type: ignore[return-value]
 

@@ -16,7 +16,8 @@ from typing import Any, Sequence
 from minitriton.errors import CompilationError
 from minitriton.ir import Builder, Value
 from minitriton.ir.numeric import round_float, wrap_int
-from minitriton.ir.ops import CACHE_MODIFIERS, DOT_INSTRUCTIONS, FENCE_SEMANTICS, L2_PREFETCH_BYTES, PREFETCH_LEVELS
+from minitriton.ir.ops import (BLOCK_KINDS, CACHE_MODIFIERS, DOT_INSTRUCTIONS, FENCE_SEMANTICS, L2_PREFETCH_BYTES,
+                              PREFETCH_LEVELS)
 from minitriton.ir.types import (PointerType, ScalarType, TensorDescType, TensorType, Type, bf16, f16, f32, f64, i1,
                                  i32, i64, is_power_of_two, with_scalar)
 
@@ -757,15 +758,14 @@ class Semantic:
                                         input_precision=precision, **attrs))
 
     def block_structure(self, structure: Any, m: int, k: int, n: int) -> tuple[int, str, str]:
-        from minitriton.ir.block_structure import KINDS
-
+        """(block size, a kind, b kind) of mt.dot's block_structure, checked against the dot's shape."""
         if not (isinstance(structure, tuple) and len(structure) == 3):
             raise error(f"block_structure must be a tuple (block size, a kind, b kind), got {describe(structure)}")
         size = self.static_int(structure[0], "the block_structure block size")
         kinds = structure[1:]
         for what, kind in zip(("a", "b"), kinds):
-            if kind not in KINDS:
-                raise error(f"block_structure: {what}'s kind must be one of {KINDS}, got {describe(kind)}")
+            if kind not in BLOCK_KINDS:
+                raise error(f"block_structure: {what}'s kind must be one of {BLOCK_KINDS}, got {describe(kind)}")
         if size <= 0 or m % size or k % size or n % size:
             raise error(f"block_structure: block size {size} must divide the dot's M, K and N ({m}, {k}, {n})")
         return size, kinds[0], kinds[1]

@@ -231,21 +231,23 @@ def _sigmoid_fast(x):
 
 
 @mt.func
+def _blocks(STRUCTURED: mt.constexpr, A_KIND: mt.constexpr, B_KIND: mt.constexpr):
+    """A dot's block_structure over SUB x SUB blocks when STRUCTURED (STRUCTURED_SOLVE), else None (dense)."""
+    return (SUB, A_KIND, B_KIND) if STRUCTURED else None
+
+
+@mt.func
 def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr, STRUCTURED: mt.constexpr):
     """(I - N)^-1 for N strictly lower triangular within SUBxSUB diagonal blocks (one block, or a block-diagonal
     tile of several: N^16 = 0 either way): prod_i (I + N^(2^i)), all on mt.dot. STRUCTURED: the products are
     block-diagonal dots (block_structure), which skip the tensor-core work off the diagonal blocks."""
     power = n_mat
     inv = eye + n_mat
+    diagonal = _blocks(STRUCTURED, "diag", "diag")
     for _ in mt.static_range(NEUMANN_STEPS):
-        if STRUCTURED:
-            power = mt.dot(power, power, input_precision=PRECISION, block_structure=(SUB, "diag", "diag"))
-            inv = inv + mt.dot(inv, power, input_precision=PRECISION, block_structure=(SUB, "diag", "diag"))
-        else:
-            power = mt.dot(power, power, input_precision=PRECISION)
-            inv = inv + mt.dot(inv, power, input_precision=PRECISION)
+        power = mt.dot(power, power, input_precision=PRECISION, block_structure=diagonal)
+        inv = inv + mt.dot(inv, power, input_precision=PRECISION, block_structure=diagonal)
     return inv
-
 
 
 @mt.func
@@ -261,17 +263,15 @@ def _ut_inverse(lmat, ci, cj, SOLVE_PRECISION: mt.constexpr, STRUCTURED: mt.cons
     eye = (ci == cj).to(mt.float32)
     same_block = (ci // SUB) == (cj // SUB)
     d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION, STRUCTURED)
-    if STRUCTURED:
-        m = mt.dot(d_inv, lmat, input_precision=SOLVE_PRECISION, block_structure=(SUB, "diag", "strict_lower"))
-        m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION, block_structure=(SUB, "strict_lower", "strict_lower"))
-        step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION,
-                              block_structure=(SUB, "strict_lower", "diag"))
-        return step + mt.dot(m2, step, input_precision=SOLVE_PRECISION,
-                             block_structure=(SUB, "strict_lower", "lower"))
-    m = mt.dot(d_inv, mt.where(same_block, 0.0, lmat), input_precision=SOLVE_PRECISION)
-    m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION)
-    step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION)
-    return step + mt.dot(m2, step, input_precision=SOLVE_PRECISION)
+    # F = L off its diagonal blocks: the structured dot's strict_lower mask makes it (L has no upper blocks)
+    f = lmat if STRUCTURED else mt.where(same_block, 0.0, lmat)
+    m = mt.dot(d_inv, f, input_precision=SOLVE_PRECISION, block_structure=_blocks(STRUCTURED, "diag", "strict_lower"))
+    m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION,
+                block_structure=_blocks(STRUCTURED, "strict_lower", "strict_lower"))
+    step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION,
+                          block_structure=_blocks(STRUCTURED, "strict_lower", "diag"))
+    return step + mt.dot(m2, step, input_precision=SOLVE_PRECISION,
+                         block_structure=_blocks(STRUCTURED, "strict_lower", "lower"))
 
 
 @mt.kernel(min_blocks_per_sm=1)
@@ -465,11 +465,9 @@ def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_
     k_wy = mt.cat(k_wy, 0)
     WK = min(K, BT)
     for c in mt.static_range(K // WK):
-        if STRUCTURED:  # ainv is block-lower: a row block's K steps past its diagonal block are skipped
-            w = mt.dot(ainv, k_wy[:, c * WK:(c + 1) * WK], input_precision="tf32",
-                       block_structure=(SUB, "lower", "full"))
-        else:
-            w = mt.dot(ainv, k_wy[:, c * WK:(c + 1) * WK], input_precision="tf32")
+        # structured: ainv is block-lower, a row block's K steps past its diagonal block are skipped
+        w = mt.dot(ainv, k_wy[:, c * WK:(c + 1) * WK], input_precision="tf32",
+                   block_structure=_blocks(STRUCTURED, "lower", "full"))
         if ACC_STORES:
             _store_block(w_ptr, base, start, end, H, w, K, 0, BT, c * WK, WK, _accumulator_layout(4, WARPS // 4))
         else:
@@ -477,10 +475,7 @@ def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_
     WV = min(V, BT)
     for c in mt.static_range(V // WV):
         vb = _load_cols(v_ptr, base, row_h, valid, V, c * WV, WV) * b[:, None]
-        if STRUCTURED:
-            u = mt.dot(ainv, vb, input_precision="tf32", block_structure=(SUB, "lower", "full"))
-        else:
-            u = mt.dot(ainv, vb, input_precision="tf32")
+        u = mt.dot(ainv, vb, input_precision="tf32", block_structure=_blocks(STRUCTURED, "lower", "full"))
         if ACC_STORES:
             _store_block(u_ptr, base, start, end, H, u, V, 0, BT, c * WV, WV, _accumulator_layout(4, WARPS // 4))
         else:
@@ -1165,8 +1160,8 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
     elif variant == "chunk64":
         kernel = kda_intra_chunk_kernel
     elif INTRA_PERSISTENT:  # one program an SM walks the chunk-heads, prefetching the next one into L1
-        scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES, STRUCTURED=STRUCTURED_SOLVE,
-                    PREFETCH=INTRA_PREFETCH, CHAINS=SCORE_CHAINS)
+        scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
+                    STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH, CHAINS=SCORE_CHAINS)
         _launch(kda_intra_chunk_sliced_persistent_kernel, (min(_num_sms(dev), n_chunks * H),), args + (n_chunks,),
                 K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
         return out

@@ -36,37 +36,22 @@ P = PointerType
 
 @mt.kernel
 def structured_dot_kernel(a_ptr, b_ptr, c_ptr, o_ptr, M: mt.constexpr, N: mt.constexpr, K: mt.constexpr,
-                          S: mt.constexpr, A_KIND: mt.constexpr, B_KIND: mt.constexpr, PRECISION: mt.constexpr):
+                          STRUCTURE: mt.constexpr, PRECISION: mt.constexpr):
+    """o = c + a @ b with block_structure=STRUCTURE (None: the dense dot)."""
     m = mt.arange(0, M)
     n = mt.arange(0, N)
     k = mt.arange(0, K)
     a = mt.load(a_ptr + m[:, None] * K + k[None, :])
     b = mt.load(b_ptr + k[:, None] * N + n[None, :])
     c = mt.load(c_ptr + m[:, None] * N + n[None, :])
-    o = mt.dot(a, b, c, input_precision=PRECISION, block_structure=(S, A_KIND, B_KIND))
-    mt.store(o_ptr + m[:, None] * N + n[None, :], o)
-
-
-@mt.kernel
-def dense_dot_kernel(a_ptr, b_ptr, c_ptr, o_ptr, M: mt.constexpr, N: mt.constexpr, K: mt.constexpr,
-                     PRECISION: mt.constexpr):
-    m = mt.arange(0, M)
-    n = mt.arange(0, N)
-    k = mt.arange(0, K)
-    a = mt.load(a_ptr + m[:, None] * K + k[None, :])
-    b = mt.load(b_ptr + k[:, None] * N + n[None, :])
-    c = mt.load(c_ptr + m[:, None] * N + n[None, :])
-    mt.store(o_ptr + m[:, None] * N + n[None, :], mt.dot(a, b, c, input_precision=PRECISION))
+    mt.store(o_ptr + m[:, None] * N + n[None, :], mt.dot(a, b, c, input_precision=PRECISION, block_structure=STRUCTURE))
 
 
 def maker(m: int, n: int, k: int, t: Any, warps: int, structure: tuple[int, str, str] | None):
     def make() -> Module:
-        shape = {"M": m, "N": n, "K": k, "PRECISION": "tf32" if t == f32 else "ieee"}
-        kernel = dense_dot_kernel
-        if structure is not None:
-            kernel = structured_dot_kernel
-            shape.update(S=structure[0], A_KIND=structure[1], B_KIND=structure[2])
-        module = compile_to_ir(kernel, {"a_ptr": P(t), "b_ptr": P(t), "c_ptr": P(f32), "o_ptr": P(f32)}, shape,
+        shape = {"M": m, "N": n, "K": k, "STRUCTURE": structure, "PRECISION": "tf32" if t == f32 else "ieee"}
+        module = compile_to_ir(structured_dot_kernel, {"a_ptr": P(t), "b_ptr": P(t), "c_ptr": P(f32),
+                                                       "o_ptr": P(f32)}, shape,
                                divisibility={p: 16 for p in ("a_ptr", "b_ptr", "c_ptr", "o_ptr")}, num_warps=warps)
         module.functions[0].attrs["dot_instruction"] = "mma"  # mma.sync: wgmma takes the structure as masks only
         return run_passes(module, ["canonicalize"])

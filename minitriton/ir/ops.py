@@ -755,8 +755,9 @@ DOT_INSTRUCTIONS = ("auto", "wgmma", "mma", "fma")  # passes/dot_lowering.py CHO
 
 
 @op("mt.dot", "acc + a @ b for 2-D tiles: a MxK, b KxN (f16/bf16/f32, same type), acc MxN f32. Products are exact, "
-    "sums in f32. Attr `input_precision`: 'ieee', or 'tf32' (f32 inputs rounded to tf32 first). Optional attrs `block`, "
-    "`a_blocks`, `b_blocks` (ir/block_structure.py): the operands are zero outside those blocks (masked before the dot). "
+    "sums in f32. Attr `input_precision`: 'ieee', or 'tf32' (f32 inputs rounded to tf32 first). Optional attrs "
+    "`block`, `a_blocks`, `b_blocks` (ir/block_structure.py): the operands are zero outside those blocks (masked "
+    "before the dot). "
     "Optional attr `k_chains`: independent accumulation chains per tile over alternating K steps (mma.sync); "
     "`instruction`: auto / wgmma / mma / fma for this dot (passes/dot_lowering.py).")
 def _dot(o: Operation) -> None:
