@@ -85,6 +85,7 @@ def make_problem(batch: int, heads: int, drafts: int, seed: int = 0, head_dim: i
     cache.conv_state.normal_()
     cache.draft_proj.normal_()
     cache.draft_beta.normal_()
+    cache.draft_delta.uniform_()  # delta rows for the `deltas` variants' first (warm-up) replay: values, not zeros
     idx = torch.arange(batch, dtype=torch.int32, device=device)
     return Problem(batch, heads, drafts, x, w, cache, idx, torch.empty_like(x.gate))
 

@@ -179,7 +179,9 @@ def _delta_update_with_output(S, D, E, q, k, v, g, beta, KJ: mt.constexpr, KL: m
                               KV: mt.constexpr):
     """The update of `_delta_update` plus o = S_true' q^ (q^ = q / |q|; the caller applies the scale), computed
     from the old state in the same pass: o = S_true (decay*q^) + u (k^.q^) = S (Dn*q) / |q| + u (k^.q^). The norms
-    and k.q come from the Dn- and En-scaled columns (`_inv_norm_dot`). o is returned as a [V] vector."""
+    and k.q come from the Dn- and En-scaled columns (`_inv_norm_dot`). o is returned as a [V] vector. Also
+    returned, for the draft cache's replay deltas, the update's two factors: delta ([1, V, 1, 1], u / |k|) and
+    En*k (compact [K]), so that S' = S + delta (En*k)^T."""
     dn = D * mt.exp(g)
     en = E * mt.exp(-g)
     # the order keeps at most three column tiles (48 registers) live next to the state
@@ -190,11 +192,13 @@ def _delta_update_with_output(S, D, E, q, k, v, g, beta, KJ: mt.constexpr, KL: m
     dk = _state_cols(dn * k, KJ, KL, KV)
     kq = _sum_cols(dk * eq)
     sk = _sum_k(S * dk)[None, :, None, None]
-    ek = _state_cols(en * k, KJ, KL, KV)
+    enk = en * k
+    ek = _state_cols(enk, KJ, KL, KV)
     rk = _inv_norm_dot(dk, ek)
     u = beta * (v[None, :, None, None] - rk * sk)
     o = rq * sq + u * (rk * rq * kq)
-    return S + (u * rk) * ek, dn, en, o.reshape(v.shape)
+    delta = u * rk
+    return S + delta * ek, dn, en, o.reshape(v.shape), delta, enk
 
 
 @mt.func
@@ -233,7 +237,7 @@ def _new_token(raw_q, raw_k, raw_v, raw_f, raw_b, gate_ptr, o_ptr, tok, S, D, E,
                KV: mt.constexpr):
     """One new token (row `tok` of the [B*T*H] token-heads; its raw inputs already loaded): conv, gate, recurrence,
     gated RMSNorm -> o[tok]. w*: the conv taps of the q, k, v channels. Returns the state and the shifted conv
-    windows."""
+    windows, then the token's replay delta (delta and En*k of `_delta_update_with_output`)."""
     xq = raw_q.to(mt.float32)
     xk = raw_k.to(mt.float32)
     xv = raw_v.to(mt.float32)
@@ -241,10 +245,11 @@ def _new_token(raw_q, raw_k, raw_v, raw_f, raw_b, gate_ptr, o_ptr, tok, S, D, E,
     kk = _conv_silu_taps(ck0, ck1, ck2, xk, wk0, wk1, wk2, wk3)
     vv = _conv_silu_taps(cv0, cv1, cv2, xv, wv0, wv1, wv2, wv3)
     g = _log_decay(raw_f.to(mt.float32), dt_bias, a_coef, lower_bound)
-    S, D, E, o = _delta_update_with_output(S, D, E, qq, kk, vv, g, _sigmoid(raw_b.to(mt.float32)), KJ, KL, KV)
+    S, D, E, o, delta, enk = _delta_update_with_output(S, D, E, qq, kk, vv, g, _sigmoid(raw_b.to(mt.float32)), KJ,
+                                                       KL, KV)
     gate = mt.load(gate_ptr + tok * V + offs_v).to(mt.float32)
     mt.store(o_ptr + tok * V + offs_v, _gated_rms_norm(o * scale, gate, norm_w, norm_eps, V))
-    return S, D, E, cq1, cq2, xq, ck1, ck2, xk, cv1, cv2, xv
+    return S, D, E, cq1, cq2, xq, ck1, ck2, xk, cv1, cv2, xv, delta, enk
 
 
 @mt.kernel(min_blocks_per_sm=2)
@@ -252,9 +257,19 @@ def kda_decode_step_kernel(
         q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, gate_ptr, o_ptr,
         state_ptr, conv_state_ptr, draft_proj_ptr, draft_beta_ptr, state_idx_ptr, num_accepted_ptr,
         conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
-        scale, lower_bound, norm_eps, renorm_every,
+        scale, lower_bound, norm_eps, renorm_every, draft_delta_ptr,
         H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
-        KL: mt.constexpr, KV: mt.constexpr):
+        KL: mt.constexpr, KV: mt.constexpr, WRITE_DELTAS: mt.constexpr = False, REPLAY_DELTAS: mt.constexpr = False):
+    """The step with the whole [V, K] state in registers, token by token (variants `loop`, `stream*`; the module
+    docstring says what a step does).
+
+    WRITE_DELTAS: each new draft's update factors also go to the draft cache's delta rows (`draft_delta_ptr`,
+    [P, MAX_DRAFTS, H, V + 2K] fp32: delta | En*k | D, `KDADecodeCache.draft_delta`): the update of draft t is
+    S' = S + delta (En*k)^T in the deferred-decay form, D the column scale after it. REPLAY_DELTAS: the accepted
+    drafts are replayed from those rows (one fma per state element a token: no conv, norm, gate or matvec), and
+    the conv windows advance through the last three accepted drafts' raw inputs only. The replay runs the drafts
+    in the runs of `renorm_every` tokens that wrote them, from the same committed state, so each token's En*k is
+    the one it was written with and each run ends by folding its last D into S."""
     h = mt.program_id(0)
     b = mt.program_id(1)
     T = NUM_DRAFTS + 1
@@ -307,28 +322,44 @@ def kda_decode_step_kernel(
         raw_q, raw_k, raw_v, raw_f, raw_b = _load_token(q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, bonus, offs_k, offs_v,
                                                         K, V)
         draft0 = (slot64 * MAX_DRAFTS) * H + h  # draft-cache row of the slot's draft 0 (drafts are H rows apart)
-        xq, xk, xv, xf, xb = _load_draft(draft_proj_ptr, draft_beta_ptr, draft0, offs_k, offs_v, K, V)
 
         # 1. replay the previous step's accepted drafts (no outputs; q only shifts through its conv window), in
         #    runs of `renorm_every` tokens with the deferred decay folded back into S after each run
-        for j0 in range(0, n_replay, renorm_every):
-            for j in range(j0, mt.minimum(j0 + renorm_every, n_replay)):
-                # the next accepted draft's rows (the last one reloads its own: clamped, never past the accepted)
-                nq, nk, nv, nf, nb = _load_draft(draft_proj_ptr, draft_beta_ptr,
-                                                 draft0 + mt.minimum(j + 1, n_replay - 1) * H, offs_k, offs_v, K, V)
-                kk = _conv_silu_taps(ck0, ck1, ck2, xk.to(mt.float32), wk0, wk1, wk2, wk3)
-                vv = _conv_silu_taps(cv0, cv1, cv2, xv.to(mt.float32), wv0, wv1, wv2, wv3)
-                g = _log_decay(xf.to(mt.float32), dt_bias, a_coef, lower_bound)
-                S, D, E = _delta_update(S, D, E, kk, vv, g, _sigmoid(xb.to(mt.float32)), KJ, KL, KV)
+        DROW = V + 2 * K  # a delta row: delta [V] | En*k [K] | D [K]
+        if REPLAY_DELTAS:
+            for j0 in range(0, n_replay, renorm_every):
+                j1 = mt.minimum(j0 + renorm_every, n_replay)
+                for j in range(j0, j1):
+                    drow = draft_delta_ptr + (draft0 + j * H) * DROW
+                    S = S + mt.load(drow + offs_v)[None, :, None, None] * mt.load(drow + V + offs_k3)[:, None, :, :]
+                last = draft_delta_ptr + (draft0 + (j1 - 1) * H) * DROW
+                S = S * mt.load(last + V + K + offs_k3)[:, None, :, :]
+            for j in range(mt.maximum(n_replay - (CONV_WIDTH - 1), 0), n_replay):  # the conv windows' last inputs
+                xq, xk, xv, xf, xb = _load_draft(draft_proj_ptr, draft_beta_ptr, draft0 + j * H, offs_k, offs_v, K, V)
                 cq0, cq1, cq2 = cq1, cq2, xq.to(mt.float32)
                 ck0, ck1, ck2 = ck1, ck2, xk.to(mt.float32)
                 cv0, cv1, cv2 = cv1, cv2, xv.to(mt.float32)
-                xq, xk, xv, xf, xb = nq, nk, nv, nf, nb
-            S, D, E = _renormalize(S, D, KJ, KL, KV)
+        else:
+            xq, xk, xv, xf, xb = _load_draft(draft_proj_ptr, draft_beta_ptr, draft0, offs_k, offs_v, K, V)
+            for j0 in range(0, n_replay, renorm_every):
+                for j in range(j0, mt.minimum(j0 + renorm_every, n_replay)):
+                    # the next accepted draft's rows (the last one reloads its own: clamped, never past the accepted)
+                    nq, nk, nv, nf, nb = _load_draft(draft_proj_ptr, draft_beta_ptr,
+                                                     draft0 + mt.minimum(j + 1, n_replay - 1) * H, offs_k, offs_v,
+                                                     K, V)
+                    kk = _conv_silu_taps(ck0, ck1, ck2, xk.to(mt.float32), wk0, wk1, wk2, wk3)
+                    vv = _conv_silu_taps(cv0, cv1, cv2, xv.to(mt.float32), wv0, wv1, wv2, wv3)
+                    g = _log_decay(xf.to(mt.float32), dt_bias, a_coef, lower_bound)
+                    S, D, E = _delta_update(S, D, E, kk, vv, g, _sigmoid(xb.to(mt.float32)), KJ, KL, KV)
+                    cq0, cq1, cq2 = cq1, cq2, xq.to(mt.float32)
+                    ck0, ck1, ck2 = ck1, ck2, xk.to(mt.float32)
+                    cv0, cv1, cv2 = cv1, cv2, xv.to(mt.float32)
+                    xq, xk, xv, xf, xb = nq, nk, nv, nf, nb
+                S, D, E = _renormalize(S, D, KJ, KL, KV)
 
         # 2. the bonus token (t = 0, certain): its state is committed (the only state write)
         wq0, wq1, wq2, wq3 = _load_taps(conv_w_ptr + ch_q * 4)
-        S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2 = _new_token(
+        S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, _, _ = _new_token(
             raw_q, raw_k, raw_v, raw_f, raw_b, gate_ptr, o_ptr, bonus, S, D, E,
             cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, wq0, wq1, wq2, wq3, wk0, wk1, wk2, wk3,
             wv0, wv1, wv2, wv3, offs_v, dt_bias, a_coef, norm_w, scale, lower_bound, norm_eps, V, KJ, KL, KV)
@@ -361,11 +392,16 @@ def kda_decode_step_kernel(
                     mt.store(row + 2 * K + offs_v, raw_v)
                     mt.store(row + 2 * K + V + offs_k, raw_f)
                     mt.store(draft_beta_ptr + draft, raw_b)
-                    S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2 = _new_token(
+                    S, D, E, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, delta, enk = _new_token(
                         raw_q, raw_k, raw_v, raw_f, raw_b, gate_ptr, o_ptr, tok, S, D, E,
                         cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, wq0, wq1, wq2, wq3, wk0, wk1, wk2, wk3,
                         wv0, wv1, wv2, wv3, offs_v, dt_bias, a_coef, norm_w, scale, lower_bound, norm_eps,
                         V, KJ, KL, KV)
+                    if WRITE_DELTAS:
+                        drow = draft_delta_ptr + draft * DROW
+                        mt.store(drow + offs_v[None, :, None, None], delta)
+                        mt.store(drow + V + offs_k, enk)
+                        mt.store(drow + V + K + offs_k, D)
                     raw_q, raw_k, raw_v, raw_f, raw_b = nq, nk, nv, nf, nb
                 S, D, E = _renormalize(S, D, KJ, KL, KV)
 
@@ -1607,12 +1643,13 @@ class Variant:
     late_state: bool = False  # the state prefetched into L2 at the item's start, loaded after the prologue
     column: bool = False  # the column-owner state (COLUMN): a V column per thread, V / 32 warps
     tensor_cores: str = ""  # kda_decode_chunked_kernel: the whole state on tensor cores at this input precision
+    deltas: bool = False  # kda_decode_step_kernel: drafts written with replay deltas, replayed from them
 
     @property
     def t_gt_1(self) -> tuple:
         """What decides the T > 1 kernel's code (variants equal here time the same k >= 1 kernel)."""
         return (self.kernel, self.warps, self.rows, self.prefetch, self.pf_floats, self.ahead, self.seq_prefetch,
-                self.state_cache, self.late_state, self.column, self.tensor_cores)
+                self.state_cache, self.late_state, self.column, self.tensor_cores, self.deltas)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -1624,6 +1661,9 @@ VARIANTS: dict[str, Variant] = {
     "stream_scratch": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_scratch_kernel", 8),
     "stream_scratch_vc64": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_scratch_kernel", 8, rows=2),
     "loop": Variant("kda_decode_step_kernel", 8, 8, 1, 1, "kda_decode_step_kernel", 8),  # the 18:55 kernel
+    # the default's kernels, with the accepted drafts replayed from cached deltas at k >= 1 (2026-12-07; not yet
+    # timed): one fma per state element a replayed token instead of a conv, norms, a matvec and the update
+    "stream_l32_pf2_delta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8, deltas=True),
     "loop_nocap": Variant("kda_decode_step_kernel_uncapped", 8, 8, 1, 1,
                           "kda_decode_step_kernel_uncapped", 8),  # the general kernel without the register cap
     # k >= 1 in chunked (WY) form: the state read once, no per-token pass (not yet timed). K3 ptxas: 255 registers
@@ -1695,6 +1735,12 @@ class KDADecodeCache:
     conv_state: torch.Tensor  # [P, 3, 2*H*K + H*V] activation dtype, oldest input first
     draft_proj: torch.Tensor  # [P, MAX_DRAFTS, H, 3K+V] activation dtype: q | k | v | f of each draft
     draft_beta: torch.Tensor  # [P, MAX_DRAFTS, H] activation dtype
+    # [P, MAX_DRAFTS, H, V + 2K] fp32: each draft's replay delta (delta | En*k | D; `kda_decode_step_kernel`),
+    # written by the variants with `deltas`; None: those variants cannot run on this cache
+    draft_delta: torch.Tensor | None = None
+    # whether every draft in the cache has its delta row (the last step that wrote drafts was a `deltas` variant);
+    # kept by kda_decode_step on the host, so the replay form is fixed per step (and per captured CUDA graph)
+    drafts_have_deltas: bool = True
 
     @classmethod
     def allocate(cls, num_slots: int, heads: int, head_k_dim: int, head_v_dim: int, max_drafts: int,
@@ -1704,11 +1750,26 @@ class KDADecodeCache:
         return cls(state=torch.zeros(p, h, vd, kd, dtype=torch.float32, device=device),
                    conv_state=torch.zeros(p, CONV_WIDTH - 1, 2 * h * kd + h * vd, dtype=dtype, device=device),
                    draft_proj=torch.zeros(p, max(max_drafts, 1), h, 3 * kd + vd, dtype=dtype, device=device),
-                   draft_beta=torch.zeros(p, max(max_drafts, 1), h, dtype=dtype, device=device))
+                   draft_beta=torch.zeros(p, max(max_drafts, 1), h, dtype=dtype, device=device),
+                   draft_delta=torch.zeros(p, max(max_drafts, 1), h, vd + 2 * kd, dtype=torch.float32, device=device))
 
     @property
     def max_drafts(self) -> int:
         return self.draft_proj.shape[1]
+
+    def clone(self) -> "KDADecodeCache":
+        """A copy with its own buffers (a reference run's cache, next to the kernel's)."""
+        return KDADecodeCache(**{name: value.clone() if isinstance(value, torch.Tensor) else value
+                                 for name, value in vars(self).items()})
+
+    def randomize_(self, gen: torch.Generator) -> "KDADecodeCache":
+        """Every buffer drawn from N(0, 1) (on the CPU with `gen`, then copied): a state and conv window mid-sequence
+        and stale drafts in every slot, as tests and benchmarks want. Random drafts have no true delta rows."""
+        for value in vars(self).values():
+            if isinstance(value, torch.Tensor):
+                value.copy_(torch.randn(value.shape, generator=gen, dtype=torch.float64).to(value.dtype))
+        self.drafts_have_deltas = False
+        return self
 
 
 def state_k_split(head_k_dim: int, lanes: int = STATE_K_LANES) -> tuple[int, int]:
@@ -1742,6 +1803,8 @@ def _check_inputs(q, k, v, f, beta, gate, weights, cache, state_indices, num_acc
                 "cache.conv_state": (cache.conv_state, (p, CONV_WIDTH - 1, 2 * h * kd + h * vd)),
                 "cache.draft_proj": (cache.draft_proj, (p, cache.max_drafts, h, 3 * kd + vd)),
                 "cache.draft_beta": (cache.draft_beta, (p, cache.max_drafts, h)),
+                **({} if cache.draft_delta is None else
+                   {"cache.draft_delta": (cache.draft_delta, (p, cache.max_drafts, h, vd + 2 * kd))}),
                 "weights.conv_weight": (weights.conv_weight.reshape(weights.conv_weight.shape[0], -1),
                                         (2 * h * kd + h * vd, CONV_WIDTH)),
                 "weights.dt_bias": (weights.dt_bias, (h * kd,)),
@@ -1753,6 +1816,7 @@ def _check_inputs(q, k, v, f, beta, gate, weights, cache, state_indices, num_acc
     _check(weights.a_log.dim() == 1 and weights.a_log.numel() >= h, "weights.a_log must be [>= H]")
     _check(t - 1 <= cache.max_drafts, f"{t - 1} drafts do not fit the draft cache ({cache.max_drafts})")
     _check(cache.state.dtype == torch.float32, "cache.state must be fp32")
+    _check(cache.draft_delta is None or cache.draft_delta.dtype == torch.float32, "cache.draft_delta must be fp32")
     for name, tensor in (("k", k), ("v", v), ("f", f), ("beta", beta), ("gate", gate),
                          ("cache.conv_state", cache.conv_state), ("cache.draft_proj", cache.draft_proj),
                          ("cache.draft_beta", cache.draft_beta)):
@@ -1812,6 +1876,7 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
             conv_weight, weights.a_log, weights.dt_bias, weights.o_norm_weight,
             float(scale), float(weights.lower_bound), float(weights.norm_eps), renorm_period(weights.lower_bound))
     kernel = globals()[kernel_name]  # looked up per call: tests replace the kernels with recorders
+    writes_deltas = False
     if kernel_name.startswith("kda_decode_t1"):
         lanes_k, vec_k = state_k_split(kd, chosen.t1_lanes)
         rows = state_chunk_rows(vd, num_warps, lanes_k, chosen.t1_rows)
@@ -1854,8 +1919,17 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         if kernel_name.startswith("kda_decode_chunked"):  # chunks too long for the factored decay: the loop kernel
             kernel = kda_decode_step_kernel
         lanes_k, vec_k = state_k_split(kd)
-        kernel[(h, bsz)](*args, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1, MAX_DRAFTS=cache.max_drafts, KL=lanes_k,
-                         KV=vec_k, num_warps=num_warps)
+        deltas = chosen.deltas and t > 1
+        _check(not deltas or cache.draft_delta is not None,
+               f"variant {variant!r} writes replay deltas: the cache needs draft_delta (KDADecodeCache.allocate)")
+        # a delta variant replays from the deltas only when the drafts in the cache have them (else, once, from the
+        # raw projections); the unused pointer of the other kernels is the state's
+        options = dict(WRITE_DELTAS=True, REPLAY_DELTAS=cache.drafts_have_deltas) if deltas else {}
+        writes_deltas = deltas
+        kernel[(h, bsz)](*args, cache.draft_delta if deltas else cache.state, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1,
+                         MAX_DRAFTS=cache.max_drafts, KL=lanes_k, KV=vec_k, num_warps=num_warps, **options)
+    if t > 1:  # this step's drafts replace the cache's
+        cache.drafts_have_deltas = writes_deltas
     return out
 
 
@@ -1898,9 +1972,12 @@ _K3_SIGNATURE = ("q_ptr:*bf16:16,k_ptr:*bf16:16,v_ptr:*bf16:16,f_ptr:*bf16:16,be
                  "state_idx_ptr:*i32:16,num_accepted_ptr:*i32:16,conv_w_ptr:*fp32:16,a_log_ptr:*fp32:16,"
                  "dt_bias_ptr:*fp32:16,o_norm_w_ptr:*fp32:16,scale:fp32,lower_bound:fp32,norm_eps:fp32,"
                  "renorm_every:i32")
-for _drafts in (0, 7):  # no speculation (the general kernel, variant "loop") and 7 drafts
-    kda_decode_step_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=_drafts, MAX_DRAFTS=7,
-                                      KL=8, KV=4, num_warps=8)
+_STEP_SIGNATURE = _K3_SIGNATURE + ",draft_delta_ptr:*fp32:16"
+kda_decode_step_kernel.specialize(signature=_STEP_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8,
+                                  KV=4, WRITE_DELTAS=True, REPLAY_DELTAS=True, num_warps=8)  # stream_l32_pf2_delta
+for _drafts in (0, 7):  # no speculation (the general kernel, variant "loop") and 7 drafts (the last specialization)
+    kda_decode_step_kernel.specialize(signature=_STEP_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=_drafts,
+                                      MAX_DRAFTS=7, KL=8, KV=4, num_warps=8)
 kda_decode_t1_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, MAX_DRAFTS=7, KL=8, KV=4, VC=32,
                                 PREFETCH=1, num_warps=8)
 kda_decode_chunked_kernel.specialize(signature=_K3_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, TR=8,

@@ -28,7 +28,7 @@ def interpret(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def clone_cache(cache: KDADecodeCache) -> KDADecodeCache:
-    return KDADecodeCache(*(t.clone() for t in vars(cache).values()))
+    return cache.clone()
 
 
 def on_device(obj, device: str):
@@ -38,10 +38,7 @@ def on_device(obj, device: str):
 
 def random_cache(num_slots: int, h: int, kd: int, vd: int, max_drafts: int, dtype: torch.dtype,
                  gen: torch.Generator) -> KDADecodeCache:
-    cache = KDADecodeCache.allocate(num_slots, h, kd, vd, max_drafts, dtype, "cpu")
-    for t in vars(cache).values():
-        t.copy_(torch.randn(t.shape, generator=gen).to(t.dtype))
-    return cache
+    return KDADecodeCache.allocate(num_slots, h, kd, vd, max_drafts, dtype, "cpu").randomize_(gen)
 
 
 # ------------------------------------------------------------------------------------------ the reference
@@ -200,12 +197,15 @@ def test_kernel_k_differs_from_v_and_small_draft_count(interpret: None) -> None:
     assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
 
 
+@pytest.mark.parametrize("variant", [None, "stream_l32_pf2_delta"])
 @pytest.mark.parametrize("lower_bound", [-20.0, -39.0])
-def test_kernel_deferred_decay_renormalizes(interpret: None, lower_bound: float) -> None:
+def test_kernel_deferred_decay_renormalizes(interpret: None, lower_bound: float, variant: str | None) -> None:
     """Strong gates renormalize the deferred decay every 2 tokens (-20) or every token (-39), inside the replay and
-    the draft loops (at -5, 7 drafts never reach the period of 8): the results still match the reference."""
+    the draft loops (at -5, 7 drafts never reach the period of 8): the results still match the reference. With
+    cached deltas the replay folds each run's D where the drafts' loop did."""
     assert kda_decode.renorm_period(lower_bound) == (2 if lower_bound == -20.0 else 1)
-    rep = simulate_spec_decode(kda_decode_step, **SMALL, head_k_dim=16, head_v_dim=16, num_drafts=5, steps=8,
+    step = functools.partial(kda_decode_step, variant=variant)
+    rep = simulate_spec_decode(step, **SMALL, head_k_dim=16, head_v_dim=16, num_drafts=5, steps=8,
                                dtype=torch.float32, seed=13, lower_bound=lower_bound)
     assert rep.output_error < 2e-5 and rep.state_error < 2e-5 and rep.conv_error == 0, rep
 
@@ -237,9 +237,11 @@ def check_step_against_torch(seed: int, kd: int, vd: int, drafts: int, accepted:
         assert torch.equal(cache.state[slot], expected.state[slot])
 
 
-def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> None:
-    """The default kernel, 3 drafts (3 / 2 / 0 / 1 accepted), K = V = 16."""
-    check_step_against_torch(9, 16, 16, 3, [3, 2, 0, 1])
+@pytest.mark.parametrize("variant", [None, "stream_l32_pf2_delta"])
+def test_kernel_step_matches_torch_step_including_the_cache(interpret: None, variant: str | None) -> None:
+    """The default kernel, 3 drafts (3 / 2 / 0 / 1 accepted), K = V = 16; the delta variant replays the random
+    cache's stale drafts from their raw projections (they have no delta rows) and writes its drafts' rows."""
+    check_step_against_torch(9, 16, 16, 3, [3, 2, 0, 1], variant=variant)
 
 
 @pytest.mark.parametrize("variant,kd,vd,dtype,drafts,steps", [
@@ -254,6 +256,8 @@ def test_kernel_step_matches_torch_step_including_the_cache(interpret: None) -> 
     ("staged", 32, 64, torch.float32, 7, 8),  # 2 state rows per thread (outputs packed from 2 registers)
     ("staged_col", 32, 64, torch.float32, 7, 8),  # a V column per thread (2 warps): no shuffle in the token loops
     ("staged_col", 16, 32, torch.bfloat16, 3, 20),  # one warp
+    ("stream_l32_pf2_delta", 16, 16, torch.bfloat16, 3, 20),  # the loop kernel replaying cached deltas
+    ("stream_l32_pf2_delta", 32, 64, torch.float32, 7, 8),
 ])
 def test_t_gt_1_kernels_spec_decode(interpret: None, variant: str, kd: int, vd: int, dtype: torch.dtype,
                                     drafts: int, steps: int) -> None:
@@ -413,7 +417,33 @@ def test_host_wrapper_reads_no_device_data(monkeypatch: pytest.MonkeyPatch) -> N
     (grid, args, kwargs), = fake.launches
     assert grid == (96, 5)
     assert kwargs == dict(H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, num_warps=8)
-    assert args[-4] == pytest.approx(128 ** -0.5) and args[-3] == -5.0 and args[-1] == 8  # renorm every 40/5
+    assert args[-5] == pytest.approx(128 ** -0.5) and args[-4] == -5.0 and args[-2] == 8  # renorm every 40/5
+    assert args[-1] is cache.state  # the delta rows' pointer, unused without WRITE_DELTAS
+
+
+def test_host_wrapper_keeps_track_of_the_drafts_deltas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `deltas` variant at k >= 1 launches the loop kernel writing delta rows, replaying from them only when the
+    cache's drafts have them; any step that writes drafts records whether they do; k = 0 changes nothing; a cache
+    without delta rows is refused by name."""
+    general, streamed = RecordingKernel(), RecordingKernel()
+    monkeypatch.setattr(kda_decode, "kda_decode_step_kernel", general)
+    monkeypatch.setattr(kda_decode, "kda_decode_t1_kernel", streamed)
+    x, w, cache, idx, acc = meta_step_inputs(b=5, t=8, h=96, kd=128, vd=128, drafts=7)
+    delta = functools.partial(kda_decode_step, *x, w, cache, idx, acc, variant="stream_l32_pf2_delta")
+    replays = []
+    for step in (delta, delta, functools.partial(kda_decode_step, *x, w, cache, idx, acc), delta):
+        step()
+        (_, args, kwargs) = general.launches[-1]
+        assert args[-1] is cache.draft_delta or "WRITE_DELTAS" not in kwargs
+        replays.append((kwargs.get("WRITE_DELTAS"), kwargs.get("REPLAY_DELTAS"), cache.drafts_have_deltas))
+    # a fresh cache has no drafts to replay (deltas trivially); the default variant's drafts have none
+    assert replays == [(True, True, True), (True, True, True), (None, None, False), (True, False, True)]
+    x1, _, _, _, _ = meta_step_inputs(b=5, t=1, h=96, kd=128, vd=128, drafts=7)
+    kda_decode_step(*x1, w, cache, idx, acc, variant="stream_l32_pf2_delta")
+    assert len(streamed.launches) == 1 and cache.drafts_have_deltas
+    cache.draft_delta = None
+    with pytest.raises(ValueError, match="needs draft_delta"):
+        delta()
 
 
 def test_host_wrapper_launches_the_persistent_scratch_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -834,7 +864,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (256, 12, 7, "staged_pf1"), (256, 12, 7, "staged_touch"), (256, 12, 7, "staged_pf_late"),
     (256, 12, 7, "staged_col"), (64, 96, 7, "staged_col"), (256, 12, 1, "staged_col"),
     (64, 96, 7, "staged_pf_late"), (256, 12, 7, "chunked_tc"), (64, 96, 7, "chunked_tc"), (64, 96, 3, "chunked_tc"),
-    (256, 12, 1, "chunked_tc"), (256, 12, 7, "chunked_tc1"), (256, 12, 7, "chunked_tc_2cta")])
+    (256, 12, 1, "chunked_tc"), (256, 12, 7, "chunked_tc1"), (256, 12, 7, "chunked_tc_2cta"),
+    (256, 12, 7, "stream_l32_pf2_delta"), (64, 96, 3, "stream_l32_pf2_delta")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
@@ -848,7 +879,8 @@ def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("drafts,variant", [(3, None), (0, None), (3, "stream_scratch"), (7, "chunked"), (7, "chunked_tc"),
-                                            (7, "staged"), (7, "staged_pf"), (7, "staged_pf_late")])
+                                            (7, "staged"), (7, "staged_pf"), (7, "staged_pf_late"),
+                                            (7, "stream_l32_pf2_delta")])
 def test_gpu_cuda_graph_replay_with_device_side_counts(monkeypatch: pytest.MonkeyPatch, drafts: int,
                                                        variant: str | None) -> None:
     """Capture one step, change the accepted counts and slots in place, replay: equals an eager step (k = 0: the

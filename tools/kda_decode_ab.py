@@ -35,26 +35,28 @@ from minitriton.kernels import kda_decode  # noqa: E402
 
 def check_variant(variant: str, drafts: int, accepted: list[int], seed: int = 1, d: int = 128,
                   device: str = "cuda") -> tuple[float, float]:
-    """One step at H = 4, K = V = d, bf16 against spec_decode_step_torch (float64): (output, state) errors,
-    max |got - ref| / max |ref| over live rows. Rows: the accepted counts given, plus a padding row."""
+    """Two steps at H = 4, K = V = d, bf16 against spec_decode_step_torch (float64): (output, state) errors of the
+    second, max |got - ref| / max |ref| over live rows. Rows: the accepted counts given (both steps), plus a padding
+    row. The first step replays stale random drafts; the second replays the first's (for a `deltas` variant, from
+    the delta rows the first wrote)."""
     from minitriton.kernels.kda_reference import TokenInputs, random_weights, spec_decode_step_torch
 
     gen = torch.Generator().manual_seed(seed)
     h, rows = 4, len(accepted) + 1
     w = random_weights(h, d, d, gen)
     cache = kda_decode.KDADecodeCache.allocate(rows + 2, h, d, d, max(drafts, 7), torch.bfloat16, "cpu")
-    for t in vars(cache).values():
-        t.copy_(torch.randn(t.shape, generator=gen).to(t.dtype))
-    x = TokenInputs.random((rows, drafts + 1), h, d, d, torch.bfloat16, gen)
+    cache.randomize_(gen)
     idx = torch.tensor(list(range(rows - 1)) + [-1], dtype=torch.int32)
     acc = torch.tensor(accepted + [3], dtype=torch.int32)
-    ref_cache = kda_decode.KDADecodeCache(*(t.clone() for t in vars(cache).values()))
-    ref = spec_decode_step_torch(*x.as_tuple(), w, ref_cache, idx, acc,
-                                 out=torch.zeros_like(x.gate, dtype=torch.float64))
+    ref_cache = cache.clone()
     dev = lambda obj: type(obj)(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(obj).items()})
-    gcache = dev(cache)
-    out = kda_decode.kda_decode_step(*(t.to(device) for t in x.as_tuple()), dev(w), gcache, idx.to(device),
-                                     acc.to(device), variant=variant).cpu().double()
+    gcache, gw = dev(cache), dev(w)
+    for _ in range(2):
+        x = TokenInputs.random((rows, drafts + 1), h, d, d, torch.bfloat16, gen)
+        ref = spec_decode_step_torch(*x.as_tuple(), w, ref_cache, idx, acc,
+                                     out=torch.zeros_like(x.gate, dtype=torch.float64))
+        out = kda_decode.kda_decode_step(*(t.to(device) for t in x.as_tuple()), gw, gcache, idx.to(device),
+                                         acc.to(device), variant=variant).cpu().double()
     live = idx >= 0
     err = lambda a, b: ((a - b).abs().max() / b.abs().max()).item()
     return err(out[live], ref[live]), err(gcache.state.cpu().double(), ref_cache.state.double())
