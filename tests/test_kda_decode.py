@@ -706,7 +706,7 @@ def test_benchmark_module_imports_and_runs_our_step_on_cpu(interpret: None, monk
 
 # -------------------------------------------------------------------------------- compiled PTX on the simulator
 
-CACHE_OUTPUTS = ("o_ptr", "state_ptr", "conv_state_ptr", "draft_proj_ptr", "draft_beta_ptr")
+CACHE_OUTPUTS = ("o_ptr", "state_ptr", "conv_state_ptr", "draft_proj_ptr", "draft_beta_ptr", "draft_delta_ptr")
 
 
 def compiled_step_matches_interpreter(kernel_name: str, kd: int, vd: int, num_warps: int, lower_bound: float,
@@ -721,6 +721,8 @@ def compiled_step_matches_interpreter(kernel_name: str, kd: int, vd: int, num_wa
     h, rows = 1, 3
     w = random_weights(h, kd, vd, gen, lower_bound)
     cache = random_cache(4, h, kd, vd, max(drafts, 3), torch.float32, gen)
+    # both sides read the same rows: random delta rows are as good as true ones here
+    cache.drafts_have_deltas = True
     x = TokenInputs.random((rows, drafts + 1), h, kd, vd, torch.float32, gen)
     fake = RecordingKernel()
     with pytest.MonkeyPatch.context() as mp:
@@ -749,10 +751,14 @@ def compiled_step_matches_interpreter(kernel_name: str, kd: int, vd: int, num_wa
 
 
 @pytest.mark.parametrize("kd,vd,num_warps,lower_bound", [(16, 16, 4, -20.0), (32, 32, 4, -5.0)])
-def test_compiled_ptx_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float) -> None:
+@pytest.mark.parametrize("variant", [None, "stream_l32_pf2_delta"])
+def test_compiled_ptx_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float,
+                                              variant: str | None) -> None:
     """The general kernel (3 drafts): checks what the interpreter cannot, the split [KJ, V, KL, KV] state tile's
-    layout, its shuffle reductions and the vector loads / stores."""
-    compiled_step_matches_interpreter("kda_decode_step_kernel", kd, vd, num_warps, lower_bound, drafts=3)
+    layout, its shuffle reductions and the vector loads / stores; with cached deltas also the replay's row loads in
+    the state's slice layouts, the run-end folds (lower_bound -20: runs of 2) and the delta rows' stores."""
+    compiled_step_matches_interpreter("kda_decode_step_kernel", kd, vd, num_warps, lower_bound, drafts=3,
+                                      variant=variant)
 
 
 @pytest.mark.parametrize("kd,vd,num_warps,lower_bound,variant", [
