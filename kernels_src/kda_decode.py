@@ -259,7 +259,8 @@ def kda_decode_step_kernel(
         conv_w_ptr, a_log_ptr, dt_bias_ptr, o_norm_w_ptr,
         scale, lower_bound, norm_eps, renorm_every, draft_delta_ptr,
         H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
-        KL: mt.constexpr, KV: mt.constexpr, WRITE_DELTAS: mt.constexpr = False, REPLAY_DELTAS: mt.constexpr = False):
+        KL: mt.constexpr, KV: mt.constexpr, WRITE_DELTAS: mt.constexpr = False, REPLAY_DELTAS: mt.constexpr = False,
+        WARPS: mt.constexpr = 8):
     """The step with the whole [V, K] state in registers, token by token (variants `loop`, `stream*`; the module
     docstring says what a step does).
 
@@ -399,7 +400,10 @@ def kda_decode_step_kernel(
                         V, KJ, KL, KV)
                     if WRITE_DELTAS:
                         drow = draft_delta_ptr + draft * DROW
-                        mt.store(drow + offs_v[None, :, None, None], delta)
+                        # from the layout delta was computed in (the state's, replicated over the K lanes):
+                        # no exchange through shared memory
+                        mt.store(drow + offs_v[None, :, None, None], delta,
+                                 layout=mt.blocked([1, 1, 1, KV], [1, 32 // KL, KL, 1], [1, WARPS, 1, 1], [3, 2, 1, 0]))
                         mt.store(drow + V + offs_k, enk)
                         mt.store(drow + V + K + offs_k, D)
                     raw_q, raw_k, raw_v, raw_f, raw_b = nq, nk, nv, nf, nb
@@ -1924,7 +1928,7 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
                f"variant {variant!r} writes replay deltas: the cache needs draft_delta (KDADecodeCache.allocate)")
         # a delta variant replays from the deltas only when the drafts in the cache have them (else, once, from the
         # raw projections); the unused pointer of the other kernels is the state's
-        options = dict(WRITE_DELTAS=True, REPLAY_DELTAS=cache.drafts_have_deltas) if deltas else {}
+        options = dict(WRITE_DELTAS=True, REPLAY_DELTAS=cache.drafts_have_deltas, WARPS=num_warps) if deltas else {}
         writes_deltas = deltas
         kernel[(h, bsz)](*args, cache.draft_delta if deltas else cache.state, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1,
                          MAX_DRAFTS=cache.max_drafts, KL=lanes_k, KV=vec_k, num_warps=num_warps, **options)
@@ -1974,7 +1978,8 @@ _K3_SIGNATURE = ("q_ptr:*bf16:16,k_ptr:*bf16:16,v_ptr:*bf16:16,f_ptr:*bf16:16,be
                  "renorm_every:i32")
 _STEP_SIGNATURE = _K3_SIGNATURE + ",draft_delta_ptr:*fp32:16"
 kda_decode_step_kernel.specialize(signature=_STEP_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8,
-                                  KV=4, WRITE_DELTAS=True, REPLAY_DELTAS=True, num_warps=8)  # stream_l32_pf2_delta
+                                  KV=4, WRITE_DELTAS=True, REPLAY_DELTAS=True, WARPS=8,
+                                  num_warps=8)  # stream_l32_pf2_delta
 for _drafts in (0, 7):  # no speculation (the general kernel, variant "loop") and 7 drafts (the last specialization)
     kda_decode_step_kernel.specialize(signature=_STEP_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=_drafts,
                                       MAX_DRAFTS=7, KL=8, KV=4, num_warps=8)
