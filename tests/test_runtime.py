@@ -1446,3 +1446,17 @@ def test_programmatic_launch_flag() -> None:
         assert plain.launches[-1]["extra"] == 0
     finally:
         set_driver(previous)
+
+
+def test_precompile_fills_the_disk_cache_a_later_launch_uses(compiles: list, driver: Any) -> None:
+    """`precompile` on CPU tensors compiles the variant a launch would select (the same key) and launches nothing;
+    a fresh process (in-memory caches cleared) then finds it on disk: no second compile, and the launch runs it.
+    Another specialization (n % 16 == 0, a different int class) is a different variant."""
+    x, y, out = rand(100), rand(100), torch.empty(100)
+    compiled = add.precompile(x, y, out, 100, BLOCK=128)
+    assert len(compiles) == 1 and compiled.name == "add" and not driver.launches
+    add.clear_cache()
+    add[(1,)](x, y, out, 100, BLOCK=128)
+    assert len(compiles) == 1 and len(driver.launches) == 1
+    add.precompile(x, y, out, 96, BLOCK=128)
+    assert len(compiles) == 2

@@ -29,8 +29,10 @@ from barrier_sites import counted_barriers  # noqa: E402
 DTYPES = {torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32", torch.int64: "i64"}
 
 
-def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | None) -> list:
-    """(kernel, args, constexprs) of every launch chunk_kda makes at B = 1 (nothing runs)."""
+def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | None,
+                      initial_state: bool = True) -> list:
+    """(kernel, grid, args, constexprs) of every launch chunk_kda makes at B = 1, with a final state and (unless
+    initial_state is False) an initial one (nothing runs)."""
     from minitriton.kernels import flash_kda
 
     import os
@@ -45,7 +47,8 @@ def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | N
         flash_kda.chunk_kda(q=q, k=k, v=torch.randn(1, T, H, V, generator=gen).bfloat16(),
                             g=torch.randn(1, T, H, K, generator=gen).bfloat16(),
                             beta=torch.randn(1, T, H, generator=gen).bfloat16(), A_log=torch.zeros(H),
-                            dt_bias=torch.zeros(H * K), initial_state=torch.zeros(1, H, K, V),
+                            dt_bias=torch.zeros(H * K),
+                            initial_state=torch.zeros(1, H, K, V) if initial_state else None,
                             output_final_state=True, context_parallel=context_parallel)
     finally:
         flash_kda._launch = original

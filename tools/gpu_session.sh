@@ -30,6 +30,11 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 [ -d .whl/triton_kernels ] && export TRITON_KERNELS_PATH="$PWD/.whl"
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+if [ -d .mtcache ]; then  # kernels compiled on the CPU machine (tools/prebuild_cache.py; carry ".mtcache")
+    export MINITRITON_CACHE_DIR=${MINITRITON_CACHE_DIR:-/tmp/mtcache}
+    mkdir -p "$MINITRITON_CACHE_DIR" && cp -r .mtcache/. "$MINITRITON_CACHE_DIR"/
+    echo "prebuilt kernel cache: $(find .mtcache -name kernel.cubin | wc -l) cubins copied into $MINITRITON_CACHE_DIR"
+fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 
 declare -A LIMIT=([tests]=480 [kda]=240 [kdabench]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300 [lines]=400)

@@ -423,6 +423,15 @@ class Kernel:
                    if isinstance(values[i], (Tensor, TensorDescriptor))]
         return self._specialize(values, num_warps, num_stages, devices[0] if devices else -1, False)[0]
 
+    def precompile(self, *args: Any, **kwargs: Any) -> Any:
+        """Compile the variant a launch with these arguments would select into the disk cache, and launch nothing;
+        returns its CompiledKernel. Works without a GPU on CPU (or meta) tensors: the key depends on the arguments'
+        dtypes, 16-byte alignment and int classes, not on their device, so a cache filled on a machine with the
+        same ptxas serves launches elsewhere (tools/prebuild_cache.py)."""
+        values, num_warps, num_stages = self._bind(args, dict(kwargs))
+        key = self.specialization_key(*args, **kwargs)
+        return self._launcher(key, values, num_warps, num_stages).compiled
+
     def _int_code(self, index: int, value: int) -> str:
         try:
             return int_code(value)
