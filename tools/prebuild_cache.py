@@ -13,6 +13,7 @@ their cubins there: carry ".mtcache" next to ".whl". Any mismatch costs only the
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -20,8 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import contextlib  # noqa: E402
 
 from flash_kda_ptx import recorded_launches  # noqa: E402
 from flash_kda_variants import DEFAULT_SHAPES, ORACLE_SHAPE, knob, parse_knob  # noqa: E402

@@ -417,6 +417,10 @@ class Kernel:
         """The key a launch with these arguments compiles and caches under (printable: Triton-style codes for
         runtime arguments, then the constexpr values, num_warps and num_stages)."""
         values, num_warps, num_stages = self._bind(args, dict(kwargs))
+        return self._key_of(values, num_warps, num_stages)
+
+    def _key_of(self, values: Sequence[Any], num_warps: int, num_stages: int) -> tuple:
+        """The specialization key of bound arguments, on the device their tensors are on (-1: the CPU)."""
         if Tensor is None:
             _load_torch()
         devices = [getattr(values[i], "tensor", values[i]).get_device() for i in self._runtime_idx
@@ -429,8 +433,7 @@ class Kernel:
         dtypes, 16-byte alignment and int classes, not on their device, so a cache filled on a machine with the
         same ptxas serves launches elsewhere (tools/prebuild_cache.py)."""
         values, num_warps, num_stages = self._bind(args, dict(kwargs))
-        key = self.specialization_key(*args, **kwargs)
-        return self._launcher(key, values, num_warps, num_stages).compiled
+        return self._launcher(self._key_of(values, num_warps, num_stages), values, num_warps, num_stages).compiled
 
     def _int_code(self, index: int, value: int) -> str:
         try:
