@@ -230,6 +230,19 @@ def _load_draft(draft_proj_ptr, draft_beta_ptr, draft, offs_k, offs_v, K: mt.con
 
 
 @mt.func
+def _prefetch_rows_l1(base_ptr, row0, row_step, lo, hi, ROW_ELEMS: mt.constexpr, LINE_ELEMS: mt.constexpr,
+                      PR: mt.constexpr, PL: mt.constexpr):
+    """Into this SM's L1, without waiting: every 128-byte line of the rows row0 + j * row_step (j in [lo, hi)) of
+    `base_ptr`, each ROW_ELEMS elements long (LINE_ELEMS of them a line). PR >= hi and PL >= the lines a row spans,
+    powers of two: one prefetch a thread covers a [PR, PL] tile. Why: the rows' loads sit in loops whose every
+    iteration waits for its own loads (nothing else in flight), so each would pay a full memory latency."""
+    j = mt.arange(0, PR)[:, None]
+    line = mt.arange(0, PL)[None, :] * LINE_ELEMS
+    mt.prefetch(base_ptr + (row0 + j * row_step) * ROW_ELEMS + line,
+                mask=(j >= lo) & (j < hi) & (line < ROW_ELEMS))
+
+
+@mt.func
 def _new_token(raw_q, raw_k, raw_v, raw_f, raw_b, gate_ptr, o_ptr, tok, S, D, E,
                cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2, wq0, wq1, wq2, wq3, wk0, wk1, wk2, wk3,
                wv0, wv1, wv2, wv3, offs_v, dt_bias, a_coef, norm_w,
@@ -260,7 +273,7 @@ def kda_decode_step_kernel(
         scale, lower_bound, norm_eps, renorm_every, draft_delta_ptr,
         H: mt.constexpr, K: mt.constexpr, V: mt.constexpr, NUM_DRAFTS: mt.constexpr, MAX_DRAFTS: mt.constexpr,
         KL: mt.constexpr, KV: mt.constexpr, WRITE_DELTAS: mt.constexpr = False, REPLAY_DELTAS: mt.constexpr = False,
-        WARPS: mt.constexpr = 8):
+        WARPS: mt.constexpr = 8, ROWS_PREFETCH: mt.constexpr = 0, PL: mt.constexpr = 16):
     """The step with the whole [V, K] state in registers, token by token (variants `loop`, `stream*`; the module
     docstring says what a step does).
 
@@ -270,7 +283,12 @@ def kda_decode_step_kernel(
     drafts are replayed from those rows (one fma per state element a token: no conv, norm, gate or matvec), and
     the conv windows advance through the last three accepted drafts' raw inputs only. The replay runs the drafts
     in the runs of `renorm_every` tokens that wrote them, from the same committed state, so each token's En*k is
-    the one it was written with and each run ends by folding its last D into S."""
+    the one it was written with and each run ends by folding its last D into S.
+
+    ROWS_PREFETCH (a power of two >= MAX_DRAFTS and >= T, 0: off): before the state is read, the rows the token
+    loops will load (the accepted drafts' rows, the new tokens' gate rows) are asked into L1 at once, [ROWS_PREFETCH,
+    PL] lines each (PL: a power of two >= a row's lines), so the loops' loads hit L1 instead of each waiting a
+    memory latency; the delta replay, with one fma an element a token, has nothing else to hide it behind."""
     h = mt.program_id(0)
     b = mt.program_id(1)
     T = NUM_DRAFTS + 1
@@ -282,6 +300,16 @@ def kda_decode_step_kernel(
         slot64 = slot.to(mt.int64)
         n_replay = _replay_count(num_accepted_ptr, b, MAX_DRAFTS)
         offs_k, offs_v, ch_q, ch_k, ch_v = _head_channels(h, H, K, V)
+        draft0 = (slot64 * MAX_DRAFTS) * H + h  # draft-cache row of the slot's draft 0 (drafts are H rows apart)
+        DROW = V + 2 * K  # a delta row: delta [V] | En*k [K] | D [K]
+        if ROWS_PREFETCH > 0:
+            if REPLAY_DELTAS:  # the delta rows, and the raw rows of the conv windows' last three inputs
+                _prefetch_rows_l1(draft_delta_ptr, draft0, H, 0, n_replay, DROW, 32, ROWS_PREFETCH, PL)
+                _prefetch_rows_l1(draft_proj_ptr, draft0, H, n_replay - (CONV_WIDTH - 1), n_replay, ROW, 64,
+                                  ROWS_PREFETCH, PL)
+            else:
+                _prefetch_rows_l1(draft_proj_ptr, draft0, H, 0, n_replay, ROW, 64, ROWS_PREFETCH, PL)
+            _prefetch_rows_l1(gate_ptr, (b * T) * H + h, H, 0, T, V, 64, ROWS_PREFETCH, PL)
 
         # per-head parameters; the conv-tap vectors are 1 register each in the compact 1-D layout, cheaper than
         # re-reading them from L1 every token (they were 8 + 12 dependent loads per replayed / new token). The q taps
@@ -322,11 +350,9 @@ def kda_decode_step_kernel(
         bonus = (b * T) * H + h
         raw_q, raw_k, raw_v, raw_f, raw_b = _load_token(q_ptr, k_ptr, v_ptr, f_ptr, beta_ptr, bonus, offs_k, offs_v,
                                                         K, V)
-        draft0 = (slot64 * MAX_DRAFTS) * H + h  # draft-cache row of the slot's draft 0 (drafts are H rows apart)
 
         # 1. replay the previous step's accepted drafts (no outputs; q only shifts through its conv window), in
         #    runs of `renorm_every` tokens with the deferred decay folded back into S after each run
-        DROW = V + 2 * K  # a delta row: delta [V] | En*k [K] | D [K]
         if REPLAY_DELTAS:
             for j0 in range(0, n_replay, renorm_every):
                 j1 = mt.minimum(j0 + renorm_every, n_replay)
@@ -1648,12 +1674,13 @@ class Variant:
     column: bool = False  # the column-owner state (COLUMN): a V column per thread, V / 32 warps
     tensor_cores: str = ""  # kda_decode_chunked_kernel: the whole state on tensor cores at this input precision
     deltas: bool = False  # kda_decode_step_kernel: drafts written with replay deltas, replayed from them
+    rows_prefetch: bool = False  # kda_decode_step_kernel: the token loops' rows asked into L1 up front (ROWS_PREFETCH)
 
     @property
     def t_gt_1(self) -> tuple:
         """What decides the T > 1 kernel's code (variants equal here time the same k >= 1 kernel)."""
         return (self.kernel, self.warps, self.rows, self.prefetch, self.pf_floats, self.ahead, self.seq_prefetch,
-                self.state_cache, self.late_state, self.column, self.tensor_cores, self.deltas)
+                self.state_cache, self.late_state, self.column, self.tensor_cores, self.deltas, self.rows_prefetch)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -1668,6 +1695,13 @@ VARIANTS: dict[str, Variant] = {
     # the default's kernels, with the accepted drafts replayed from cached deltas at k >= 1 (2026-12-07; not yet
     # timed): one fma per state element a replayed token instead of a conv, norms, a matvec and the update
     "stream_l32_pf2_delta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8, deltas=True),
+    # measured 2026-12-07 (H100, B256 H12): the delta replay +11% at k7a7 (each replayed token waits a memory latency
+    # for its row, with nothing to hide it). _rpf: the replayed rows and the gate rows asked into L1 up front
+    # (ROWS_PREFETCH; not yet timed), on the raw replay and on the delta one
+    "stream_l32_pf2_rpf": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8,
+                                  rows_prefetch=True),
+    "stream_l32_pf2_delta_rpf": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8,
+                                        deltas=True, rows_prefetch=True),
     "loop_nocap": Variant("kda_decode_step_kernel_uncapped", 8, 8, 1, 1,
                           "kda_decode_step_kernel_uncapped", 8),  # the general kernel without the register cap
     # k >= 1 in chunked (WY) form: the state read once, no per-token pass (not yet timed). K3 ptxas: 255 registers
@@ -1929,12 +1963,22 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         # a delta variant replays from the deltas only when the drafts in the cache have them (else, once, from the
         # raw projections); the unused pointer of the other kernels is the state's
         options = dict(WRITE_DELTAS=True, REPLAY_DELTAS=cache.drafts_have_deltas, WARPS=num_warps) if deltas else {}
+        if chosen.rows_prefetch:
+            options.update(_rows_prefetch_options(kd, vd, cache.max_drafts, t))
         writes_deltas = deltas
         kernel[(h, bsz)](*args, cache.draft_delta if deltas else cache.state, H=h, K=kd, V=vd, NUM_DRAFTS=t - 1,
                          MAX_DRAFTS=cache.max_drafts, KL=lanes_k, KV=vec_k, num_warps=num_warps, **options)
     if t > 1:  # this step's drafts replace the cache's
         cache.drafts_have_deltas = writes_deltas
     return out
+
+
+def _rows_prefetch_options(head_k_dim: int, head_v_dim: int, max_drafts: int, tokens: int) -> dict:
+    """ROWS_PREFETCH and PL of `kda_decode_step_kernel`: the [rows, lines] tile its up-front L1 prefetches cover
+    (rows: the drafts replayed or the tokens run; lines: the longest of a delta row (fp32 V + 2K), a raw draft row
+    (bf16 3K + V) and a gate row (bf16 V), in 128-byte lines)."""
+    lines = max(-(-4 * (head_v_dim + 2 * head_k_dim) // 128), -(-2 * (3 * head_k_dim + head_v_dim) // 128))
+    return dict(ROWS_PREFETCH=_pow2_at_least(max(max_drafts, tokens)), PL=_pow2_at_least(lines))
 
 
 def _staged_options(chosen: Variant, half_rows: int, row_floats: int, raw_floats: int) -> dict:

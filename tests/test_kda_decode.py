@@ -258,6 +258,8 @@ def test_kernel_step_matches_torch_step_including_the_cache(interpret: None, var
     ("staged_col", 16, 32, torch.bfloat16, 3, 20),  # one warp
     ("stream_l32_pf2_delta", 16, 16, torch.bfloat16, 3, 20),  # the loop kernel replaying cached deltas
     ("stream_l32_pf2_delta", 32, 64, torch.float32, 7, 8),
+    ("stream_l32_pf2_delta_rpf", 16, 16, torch.bfloat16, 3, 20),  # the same with its rows prefetched into L1
+    ("stream_l32_pf2_rpf", 32, 64, torch.float32, 7, 8),  # the raw replay with its rows prefetched
 ])
 def test_t_gt_1_kernels_spec_decode(interpret: None, variant: str, kd: int, vd: int, dtype: torch.dtype,
                                     drafts: int, steps: int) -> None:
@@ -751,7 +753,7 @@ def compiled_step_matches_interpreter(kernel_name: str, kd: int, vd: int, num_wa
 
 
 @pytest.mark.parametrize("kd,vd,num_warps,lower_bound", [(16, 16, 4, -20.0), (32, 32, 4, -5.0)])
-@pytest.mark.parametrize("variant", [None, "stream_l32_pf2_delta"])
+@pytest.mark.parametrize("variant", [None, "stream_l32_pf2_delta", "stream_l32_pf2_delta_rpf", "stream_l32_pf2_rpf"])
 def test_compiled_ptx_matches_the_interpreter(kd: int, vd: int, num_warps: int, lower_bound: float,
                                               variant: str | None) -> None:
     """The general kernel (3 drafts): checks what the interpreter cannot, the split [KJ, V, KL, KV] state tile's
@@ -871,7 +873,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
     (256, 12, 7, "staged_col"), (64, 96, 7, "staged_col"), (256, 12, 1, "staged_col"),
     (64, 96, 7, "staged_pf_late"), (256, 12, 7, "chunked_tc"), (64, 96, 7, "chunked_tc"), (64, 96, 3, "chunked_tc"),
     (256, 12, 1, "chunked_tc"), (256, 12, 7, "chunked_tc1"), (256, 12, 7, "chunked_tc_2cta"),
-    (256, 12, 7, "stream_l32_pf2_delta"), (64, 96, 3, "stream_l32_pf2_delta")])
+    (256, 12, 7, "stream_l32_pf2_delta"), (64, 96, 3, "stream_l32_pf2_delta"), (256, 12, 7, "stream_l32_pf2_rpf"),
+    (256, 12, 7, "stream_l32_pf2_delta_rpf")])
 def test_gpu_spec_decode_benchmark_shapes(monkeypatch: pytest.MonkeyPatch, batch: int, heads: int,
                                           drafts: int, variant: str | None) -> None:
     monkeypatch.delenv("MINITRITON_INTERPRET", raising=False)
