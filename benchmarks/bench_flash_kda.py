@@ -119,11 +119,12 @@ def time_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
         return None
 
 
-def run(shapes=SHAPES, state_precision: str = "tf32", context_parallel: bool | None = None,
+def run(shapes=SHAPES, state_precision: str | None = None, context_parallel: bool | None = None,
         recurrence_warps: int | None = None, intra_variant: str | None = None) -> "harness.Table":
     from minitriton.kernels import flash_kda
 
-    flash_kda.STATE_PRECISION = state_precision
+    if state_precision is not None:  # None: the module's default (bf16x2 since 2026-12-06), as chunk_kda runs it
+        flash_kda.STATE_PRECISION = state_precision
     if recurrence_warps is not None:  # A/B of the phase-2 occupancy choice (flash_kda.RECURRENCE_WARPS)
         flash_kda.RECURRENCE_WARPS = recurrence_warps
     if intra_variant is not None:  # A/B of the phase-1 kernel (flash_kda.INTRA_VARIANT)
@@ -131,7 +132,7 @@ def run(shapes=SHAPES, state_precision: str = "tf32", context_parallel: bool | N
     bandwidth = harness.copy_bandwidth()
     table = harness.Table("flash_kda", "KDA chunked prefill (K = V = 128, bf16, fp32 final state)", unit="ms",
                           notes={"copy_bandwidth_Bps": bandwidth, "peak_flops": PEAK_FLOPS,
-                                 "state_precision": state_precision, "context_parallel": context_parallel,
+                                 "state_precision": flash_kda.STATE_PRECISION, "context_parallel": context_parallel,
                                  "recurrence_warps": flash_kda.RECURRENCE_WARPS or "auto",
                                  "intra_variant": flash_kda.INTRA_VARIANT})
     for B, T, H in shapes:
@@ -150,7 +151,8 @@ def run(shapes=SHAPES, state_precision: str = "tf32", context_parallel: bool | N
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES), help="BxTxH,BxTxH,...")
-    ap.add_argument("--state-precision", default="tf32", choices=("tf32", "bf16"))
+    ap.add_argument("--state-precision", choices=("bf16x2", "tf32", "bf16"),
+                    help="override flash_kda.STATE_PRECISION (default: the module's, bf16x2)")
     ap.add_argument("--context-parallel", default="auto", choices=("auto", "on", "off"))
     ap.add_argument("--recurrence-warps", type=int, choices=(4, 8),
                     help="override flash_kda.RECURRENCE_WARPS (default: chosen per launch)")

@@ -73,27 +73,28 @@ ACC_STORES = False
 # mma.sync saved. Off.
 STRUCTURED_SOLVE = False
 # The sliced phase 1 prefetches its chunk's k, q and v rows into L1 at the start (kernel PREFETCH): Nsight Compute
-# put 25% of its stall samples on those loads' long scoreboard (2026-12-07). Predicted phase 1 -8% to -15%. Built
-# 2026-12-07; off until timed (the device budget ran out before the call that times it: docs/gpu_runs.md).
-INTRA_PREFETCH = False
+# put 25% of its stall samples on those loads' long scoreboard (2026-12-07). Predicted phase 1 -8% to -15%; measured
+# (H100, 2026-12-07 08:0x UTC) phase 1 -7.1% at T8192 H12 (353.1 -> 328.1 us), -9.9% at T32768 H16 (1851.7 -> 1668.1).
+INTRA_PREFETCH = True
 # ... and the next wave's rows (True: the program one SM count of launch slots later; an int n: n slots later)
-# into L2 (kernel AHEAD). Built
-# 2026-12-07, off until timed; predicted with INTRA_PREFETCH: phase 1 -10% to -20%.
+# into L2 (kernel AHEAD). Predicted with INTRA_PREFETCH: phase 1 -10% to -20%; measured (H100, 2026-12-07) +7% over
+# INTRA_PREFETCH alone (354.9 against 331.4 us at T8192 H12): off.
 INTRA_PREFETCH_NEXT = False
 # Accumulation chains of the sliced phase 1's score dots (kernel CHAINS): ncu put ~5% of phase 1's stall samples
-# on their fixed-latency waits (one [16, 8] tile a warp, 16 dependent tf32 mma.sync). Built 2026-12-07, untimed;
-# predicted phase 1 -2% to -5% at 2.
-SCORE_CHAINS = 1
+# on their fixed-latency waits (one [16, 8] tile a warp, 16 dependent tf32 mma.sync). Predicted phase 1 -2% to -5%
+# at 2; measured (H100, 2026-12-07, with INTRA_PREFETCH) -1.0% at T8192 H12 (328.1 -> 324.8 us), -0.5% at T32768 H16
+# (1668.1 -> 1659.5): small, the same sign at both shapes.
+SCORE_CHAINS = 2
 # The sliced phase 1 as a persistent grid, one program an SM walking the chunk-heads and prefetching the next one's
-# rows into L1 (kda_intra_chunk_sliced_persistent_kernel; INTRA_PREFETCH_NEXT does not apply). Built 2026-12-07,
-# untimed: off.
+# rows into L1 (kda_intra_chunk_sliced_persistent_kernel; INTRA_PREFETCH_NEXT does not apply). Measured (H100,
+# 2026-12-07, with INTRA_PREFETCH): 404.5 us against the plain grid's 331.4 at T8192 H12 (+22%): off.
 INTRA_PERSISTENT = False
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
 # Phase 2's dot operands through carried pointers, so the pipeline pass rings them (kda_recurrence_kernel CARRIED).
-# Off: not yet timed. At K3 the output recurrence then has cp.async rings 3 deep (124 KB of dynamic shared memory)
-# and 548 B of spills (480 without); the PTX simulator matches the interpreter (tests/test_flash_kda.py).
+# Off: measured slower (H100, 2026-12-07: the recurrence 339.5 against 316.6 us at T8192 H12, +7%). At K3 the output
+# recurrence then has cp.async rings 3 deep (124 KB of dynamic shared memory) and 548 B of spills (480 without).
 RECURRENCE_CARRIED = False
 # Phase 2 prefetches chunk t + 1's operands (w, kg, u, qg, Aqk, decay: ~64 KB at K3) into L1 while chunk t runs
 # (kda_recurrence_kernel PREFETCH, one `prefetch.global.L1` per 128-byte line). Measured on the H200 (2026-12-01
@@ -110,7 +111,8 @@ RECURRENCE_TRANSPOSED = False
 # 2354.6 -> 2187.5 us at B1 T32768 H16 (-4% / -7%). On.
 RECURRENCE_FUSED_WQ = True
 # The recurrence's [w; qg] S and state-update dots on wgmma (kernel BIG_DOTS "auto") instead of mma.sync: possible
-# since dot-lowering counts their staging exactly (2026-12-07). Untimed: off.
+# since dot-lowering counts their staging exactly (2026-12-07). Off: measured +81% (H100, 2026-12-07: the recurrence
+# 574.5 against 316.6 us at T8192 H12; each dot stages its operands through shared memory on the serial chain).
 RECURRENCE_WGMMA = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4

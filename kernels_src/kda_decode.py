@@ -1697,7 +1697,8 @@ VARIANTS: dict[str, Variant] = {
     "stream_l32_pf2_delta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8, deltas=True),
     # measured 2026-12-07 (H100, B256 H12): the delta replay +11% at k7a7 (each replayed token waits a memory latency
     # for its row, with nothing to hide it). _rpf: the replayed rows and the gate rows asked into L1 up front
-    # (ROWS_PREFETCH; not yet timed), on the raw replay and on the delta one
+    # (ROWS_PREFETCH), on the raw replay (the default since: -4.4% at k7a7) and on the delta one (480.0 us: the
+    # prefetch takes back most of the +11%, but it stays above the raw replay with it, 464.1)
     "stream_l32_pf2_rpf": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8,
                                   rows_prefetch=True),
     "stream_l32_pf2_delta_rpf": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8,
@@ -1746,7 +1747,9 @@ CHUNK_MAX_LOG_DECAY = 80.0
 # The default is the fastest measured (tools/kda_decode_ab.py, H200, 2026-11-29 22:17 UTC; docs/kernels/kda_decode.md):
 # k=0 streamed with 32-lane rows and two V chunks in flight, 112.5 us at B256 H12 (loop 187.6, fla T1 130.7);
 # k >= 1 the loop kernel (443.2 us at k=7 a=7; the L2-scratch kernels measured slower: 654.7 / 789.2).
-DEFAULT_VARIANT = "stream_l32_pf2"
+# 2026-12-07 (H100, same run): stream_l32_pf2_rpf, the same kernels with the replayed rows and the gate rows asked
+# into L1 up front: k7a7 485.7 -> 464.1 us at B256 H12, 938.4 -> 903.3 at B64 H96 (-4.4% / -3.7%), k0 unchanged.
+DEFAULT_VARIANT = "stream_l32_pf2_rpf"
 
 
 # ------------------------------------------------------------------------------------------------ host side
@@ -2024,6 +2027,8 @@ _STEP_SIGNATURE = _K3_SIGNATURE + ",draft_delta_ptr:*fp32:16"
 kda_decode_step_kernel.specialize(signature=_STEP_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8,
                                   KV=4, WRITE_DELTAS=True, REPLAY_DELTAS=True, WARPS=8,
                                   num_warps=8)  # stream_l32_pf2_delta
+kda_decode_step_kernel.specialize(signature=_STEP_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8,
+                                  KV=4, **_rows_prefetch_options(128, 128, 7, 8), num_warps=8)  # the default, k = 7
 for _drafts in (0, 7):  # no speculation (the general kernel, variant "loop") and 7 drafts (the last specialization)
     kda_decode_step_kernel.specialize(signature=_STEP_SIGNATURE, H=96, K=128, V=128, NUM_DRAFTS=_drafts,
                                       MAX_DRAFTS=7, KL=8, KV=4, num_warps=8)

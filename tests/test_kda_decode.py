@@ -418,7 +418,9 @@ def test_host_wrapper_reads_no_device_data(monkeypatch: pytest.MonkeyPatch) -> N
     assert out.shape == (5, 8, 96, 128) and out.dtype == torch.bfloat16
     (grid, args, kwargs), = fake.launches
     assert grid == (96, 5)
-    assert kwargs == dict(H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, num_warps=8)
+    # the default (stream_l32_pf2_rpf): 8 rows (7 drafts, 8 tokens) of 16 lines (a 1.5 KB delta row) prefetched
+    assert kwargs == dict(H=96, K=128, V=128, NUM_DRAFTS=7, MAX_DRAFTS=7, KL=8, KV=4, num_warps=8, ROWS_PREFETCH=8,
+                          PL=16)
     assert args[-5] == pytest.approx(128 ** -0.5) and args[-4] == -5.0 and args[-2] == 8  # renorm every 40/5
     assert args[-1] is cache.state  # the delta rows' pointer, unused without WRITE_DELTAS
 
