@@ -80,7 +80,7 @@ def make_problem(batch: int, heads: int, drafts: int, seed: int = 0, head_dim: i
     x = TokenInputs(*(t.to(device) for t in x.as_tuple()))
     w = random_weights(heads, d, d, gen, lower_bound=LOWER_BOUND)
     w = type(w)(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(w).items()})
-    cache = KDADecodeCache.allocate(batch, heads, d, d, max(drafts, 1), torch.bfloat16, device)
+    cache = KDADecodeCache.allocate(batch, heads, d, d, max(drafts, 1), torch.bfloat16, device, replay_deltas=True)
     cache.state.normal_()
     cache.conv_state.normal_()
     cache.draft_proj.normal_()

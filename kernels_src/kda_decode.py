@@ -1785,14 +1785,18 @@ class KDADecodeCache:
 
     @classmethod
     def allocate(cls, num_slots: int, heads: int, head_k_dim: int, head_v_dim: int, max_drafts: int,
-                 dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cuda") -> "KDADecodeCache":
-        """Zero state and conv window (a fresh sequence); the draft cache needs no init (read only when accepted)."""
+                 dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cuda",
+                 replay_deltas: bool = False) -> "KDADecodeCache":
+        """Zero state and conv window (a fresh sequence); the draft cache needs no init (read only when accepted).
+        replay_deltas: also the fp32 delta rows the `deltas` variants write and replay (opt-in: at K = V = 128 they
+        add 16% to the cache, for variants measured slower than the default)."""
         p, h, kd, vd = num_slots, heads, head_k_dim, head_v_dim
+        drafts = max(max_drafts, 1)
+        delta = torch.zeros(p, drafts, h, vd + 2 * kd, dtype=torch.float32, device=device) if replay_deltas else None
         return cls(state=torch.zeros(p, h, vd, kd, dtype=torch.float32, device=device),
                    conv_state=torch.zeros(p, CONV_WIDTH - 1, 2 * h * kd + h * vd, dtype=dtype, device=device),
-                   draft_proj=torch.zeros(p, max(max_drafts, 1), h, 3 * kd + vd, dtype=dtype, device=device),
-                   draft_beta=torch.zeros(p, max(max_drafts, 1), h, dtype=dtype, device=device),
-                   draft_delta=torch.zeros(p, max(max_drafts, 1), h, vd + 2 * kd, dtype=torch.float32, device=device))
+                   draft_proj=torch.zeros(p, drafts, h, 3 * kd + vd, dtype=dtype, device=device),
+                   draft_beta=torch.zeros(p, drafts, h, dtype=dtype, device=device), draft_delta=delta)
 
     @property
     def max_drafts(self) -> int:
@@ -1962,7 +1966,8 @@ def kda_decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f: torch.
         lanes_k, vec_k = state_k_split(kd)
         deltas = chosen.deltas and t > 1
         _check(not deltas or cache.draft_delta is not None,
-               f"variant {variant!r} writes replay deltas: the cache needs draft_delta (KDADecodeCache.allocate)")
+               f"variant {variant!r} writes replay deltas: the cache needs draft_delta "
+               f"(KDADecodeCache.allocate(..., replay_deltas=True))")
         # a delta variant replays from the deltas only when the drafts in the cache have them (else, once, from the
         # raw projections); the unused pointer of the other kernels is the state's
         options = dict(WRITE_DELTAS=True, REPLAY_DELTAS=cache.drafts_have_deltas, WARPS=num_warps) if deltas else {}

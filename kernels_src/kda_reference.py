@@ -192,7 +192,8 @@ def simulate_spec_decode(step_fn: StepFn, *, num_requests: int, batch_rows: int,
     gen = torch.Generator().manual_seed(seed)
     h, kd, vd = heads, head_k_dim, head_v_dim
     weights = random_weights(h, kd, vd, gen, lower_bound)
-    cache = KDADecodeCache.allocate(num_slots, h, kd, vd, max_drafts or max(num_drafts, 1), dtype, "cpu")
+    cache = KDADecodeCache.allocate(num_slots, h, kd, vd, max_drafts or max(num_drafts, 1), dtype, "cpu",
+                                    replay_deltas=True)  # any variant may run, the `deltas` ones too
     cache.state.copy_(torch.randn(cache.state.shape, generator=gen))  # as if after prefill
     cache.conv_state.copy_(torch.randn(cache.conv_state.shape, generator=gen).to(dtype))
     cache.draft_proj.fill_(float("nan"))

@@ -38,7 +38,7 @@ def on_device(obj, device: str):
 
 def random_cache(num_slots: int, h: int, kd: int, vd: int, max_drafts: int, dtype: torch.dtype,
                  gen: torch.Generator) -> KDADecodeCache:
-    return KDADecodeCache.allocate(num_slots, h, kd, vd, max_drafts, dtype, "cpu").randomize_(gen)
+    return KDADecodeCache.allocate(num_slots, h, kd, vd, max_drafts, dtype, "cpu", replay_deltas=True).randomize_(gen)
 
 
 # ------------------------------------------------------------------------------------------ the reference
@@ -404,7 +404,7 @@ def meta_step_inputs(b: int, t: int, h: int, kd: int, vd: int, drafts: int):
     c = 2 * h * kd + h * vd
     w = KDADecodeWeights(torch.empty(c, 1, 4, **m), torch.empty(128, **m), torch.empty(h * kd, **m),
                          torch.empty(vd, **m))
-    cache = KDADecodeCache.allocate(b + 5, h, kd, vd, drafts, torch.bfloat16, "meta")
+    cache = KDADecodeCache.allocate(b + 5, h, kd, vd, drafts, torch.bfloat16, "meta", replay_deltas=True)
     idx = torch.empty(b, dtype=torch.int32, **m)
     return x, w, cache, idx, torch.empty(b, dtype=torch.int32, **m)
 
@@ -448,6 +448,8 @@ def test_host_wrapper_keeps_track_of_the_drafts_deltas(monkeypatch: pytest.Monke
     cache.draft_delta = None
     with pytest.raises(ValueError, match="needs draft_delta"):
         delta()
+    # the delta rows are opt-in: a plain cache has none (16% of the cache at K = V = 128)
+    assert KDADecodeCache.allocate(2, 96, 128, 128, 7, torch.bfloat16, "meta").draft_delta is None
 
 
 def test_host_wrapper_launches_the_persistent_scratch_kernel(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,7 +44,8 @@ def check_variant(variant: str, drafts: int, accepted: list[int], seed: int = 1,
     gen = torch.Generator().manual_seed(seed)
     h, rows = 4, len(accepted) + 1
     w = random_weights(h, d, d, gen)
-    cache = kda_decode.KDADecodeCache.allocate(rows + 2, h, d, d, max(drafts, 7), torch.bfloat16, "cpu")
+    cache = kda_decode.KDADecodeCache.allocate(rows + 2, h, d, d, max(drafts, 7), torch.bfloat16, "cpu",
+                                               replay_deltas=True)
     cache.randomize_(gen)
     idx = torch.tensor(list(range(rows - 1)) + [-1], dtype=torch.int32)
     acc = torch.tensor(accepted + [3], dtype=torch.int32)
