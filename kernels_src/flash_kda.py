@@ -76,19 +76,13 @@ STRUCTURED_SOLVE = False
 # put 25% of its stall samples on those loads' long scoreboard (2026-12-07). Predicted phase 1 -8% to -15%; measured
 # (H100, 2026-12-07 08:0x UTC) phase 1 -7.1% at T8192 H12 (353.1 -> 328.1 us), -9.9% at T32768 H16 (1851.7 -> 1668.1).
 INTRA_PREFETCH = True
-# ... and the next wave's rows (True: the program one SM count of launch slots later; an int n: n slots later)
-# into L2 (kernel AHEAD). Predicted with INTRA_PREFETCH: phase 1 -10% to -20%; measured (H100, 2026-12-07) +7% over
-# INTRA_PREFETCH alone (354.9 against 331.4 us at T8192 H12): off.
-INTRA_PREFETCH_NEXT = False
 # Accumulation chains of the sliced phase 1's score dots (kernel CHAINS): ncu put ~5% of phase 1's stall samples
 # on their fixed-latency waits (one [16, 8] tile a warp, 16 dependent tf32 mma.sync). Predicted phase 1 -2% to -5%
 # at 2; measured (H100, 2026-12-07, with INTRA_PREFETCH) -1.0% at T8192 H12 (328.1 -> 324.8 us), -0.5% at T32768 H16
 # (1668.1 -> 1659.5): small, the same sign at both shapes.
 SCORE_CHAINS = 2
-# The sliced phase 1 as a persistent grid, one program an SM walking the chunk-heads and prefetching the next one's
-# rows into L1 (kda_intra_chunk_sliced_persistent_kernel; INTRA_PREFETCH_NEXT does not apply). Measured (H100,
-# 2026-12-07, with INTRA_PREFETCH): 404.5 us against the plain grid's 331.4 at T8192 H12 (+22%): off.
-INTRA_PERSISTENT = False
+# Measured slower and removed (2026-12-07, H100; docs/kernels/flash_kda.md): the next wave's rows into L2
+# (INTRA_PREFETCH_NEXT, +7% over INTRA_PREFETCH) and phase 1 as a persistent grid (INTRA_PERSISTENT, +22%).
 INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
 SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -194,22 +188,6 @@ def _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, base, row_h, valid, K: mt.c
     _prefetch_rows(k_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64), LEVEL)
     _prefetch_rows(q_ptr, base, row_h, valid, K, 0, max(K // 64, 1), min(K, 64), LEVEL)
     _prefetch_rows(v_ptr, base, row_h, valid, V, 0, max(V // 64, 1), min(V, 64), LEVEL)
-
-
-@mt.func
-def _prefetch_next_wave(chunk_ptr, g_ptr, k_ptr, q_ptr, v_ptr, chunk, h, H, rt, AHEAD: mt.constexpr,
-                        K: mt.constexpr, V: mt.constexpr):
-    """Into L2: the input rows of the program AHEAD launch slots after this one (grid (chunks, H), chunks
-    fastest). With AHEAD = the SM count that is, roughly, the program of the next wave, on whichever SM it lands
-    (which is why L2 and not L1): its loads then wait out an L2 hit, not a DRAM round trip."""
-    n_chunks = mt.num_programs(0)
-    after = h * n_chunks + chunk + AHEAD
-    c_next = after % n_chunks
-    start = mt.load(chunk_ptr + 2 * c_next)
-    end = mt.load(chunk_ptr + 2 * c_next + 1)
-    valid = (start + rt < end) & (after < n_chunks * H)
-    _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, start.to(mt.int64) * H + after // n_chunks, rt * H, valid,
-                         K, V, "L2")
 
 
 @mt.func
@@ -370,9 +348,9 @@ def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_
                   kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K: mt.constexpr, V: mt.constexpr,
                   BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr, WARPS: mt.constexpr,
                   ACC_STORES: mt.constexpr, STRUCTURED: mt.constexpr, PREFETCH: mt.constexpr,
-                  AHEAD: mt.constexpr, CHAINS: mt.constexpr):
-    """One chunk-head of the sliced phase 1 (the body of kda_intra_chunk_sliced_kernel and of its persistent
-    form; the docstring of the former says what it computes and what each constexpr does)."""
+                  CHAINS: mt.constexpr):
+    """One chunk-head of the sliced phase 1 (the body of kda_intra_chunk_sliced_kernel, whose docstring says what
+    it computes and what each constexpr does)."""
     start = mt.load(chunk_ptr + 2 * chunk)
     end = mt.load(chunk_ptr + 2 * chunk + 1)
     NS = BT // SUB
@@ -399,8 +377,6 @@ def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_
     gate = mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
     b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
     gcum = mt.cumsum(gate, axis=0) * RCP_LN2
-    if AHEAD > 0:
-        _prefetch_next_wave(chunk_ptr, g_ptr, k_ptr, q_ptr, v_ptr, chunk, h, H, rt, AHEAD, K, V)
 
     # Sub-chunk boundaries in log2 units: bound[s] = G just before sub-chunk s (kda.md §1.5), bound[NS] = G_last
     # (rows past the chunk end have g = 0, so the last cumsum row is G_last also in a partial chunk).
@@ -492,7 +468,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                                   SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
                                   WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False,
                                   STRUCTURED: mt.constexpr = False, PREFETCH: mt.constexpr = False,
-                                  AHEAD: mt.constexpr = 0, CHAINS: mt.constexpr = 1):
+                                  CHAINS: mt.constexpr = 1):
     """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
     slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
     warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
@@ -514,45 +490,13 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     CHAINS (SCORE_CHAINS): the score dots (Aqk and L rows, [16, K] x [K, BT], one accumulator tile a warp and K / 8
     tf32 K steps in one dependent chain) accumulate in CHAINS independent chains (`mt.dot(..., k_chains=)`).
 
-    AHEAD (INTRA_PREFETCH_NEXT; the SM count, 0 = off): after the gate cumsum, the input rows of the program AHEAD
-    launch slots later go into L2 (`_prefetch_next_wave`): the next wave's first loads (the gate's, which nothing
-    can overlap inside a program) then hit L2.
-
     ACC_STORES (ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
     (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
     shared memory first. At K3: bar.sync 81 -> 57, spills 28 -> 0 B, st.global 21 -> 49 (narrower stores).
     """
     _sliced_chunk(mt.program_id(0), mt.program_id(1), q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
                   chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K, V, BT,
-                  SOLVE_PRECISION, SCAN_LAYOUT, WARPS, ACC_STORES, STRUCTURED, PREFETCH, AHEAD, CHAINS)
-
-
-@mt.kernel(min_blocks_per_sm=1)
-def kda_intra_chunk_sliced_persistent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
-                                             chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale,
-                                             lower_bound, n_chunks, K: mt.constexpr, V: mt.constexpr,
-                                             BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr,
-                                             SCAN_LAYOUT: mt.constexpr = False, WARPS: mt.constexpr = 8,
-                                             ACC_STORES: mt.constexpr = False, STRUCTURED: mt.constexpr = False,
-                                             PREFETCH: mt.constexpr = False, CHAINS: mt.constexpr = 1):
-    """kda_intra_chunk_sliced_kernel as a persistent grid (INTRA_PERSISTENT): program p walks the chunk-heads
-    p, p + programs, ... (chunks fastest, as the plain grid orders them) and, before each, asks the next one's
-    input rows into L1: its own SM's next work, so nothing of a chunk-head's loads but the first waits on DRAM
-    (the plain grid exposes every program's first loads: ~7% of phase 1's stall samples on the gate alone)."""
-    rt = mt.arange(0, BT)
-    items = n_chunks * H
-    step = mt.num_programs(0)
-    for item in range(mt.program_id(0), items, step):
-        after = item + step
-        c_next = after % n_chunks
-        start = mt.load(chunk_ptr + 2 * c_next)
-        end = mt.load(chunk_ptr + 2 * c_next + 1)
-        ahead = (start + rt < end) & (after < items)
-        _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, start.to(mt.int64) * H + after // n_chunks, rt * H, ahead,
-                             K, V, "L1")
-        _sliced_chunk(item % n_chunks, item // n_chunks, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr,
-                      dt_bias_ptr, chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
-                      K, V, BT, SOLVE_PRECISION, SCAN_LAYOUT, WARPS, ACC_STORES, STRUCTURED, PREFETCH, 0, CHAINS)
+                  SOLVE_PRECISION, SCAN_LAYOUT, WARPS, ACC_STORES, STRUCTURED, PREFETCH, CHAINS)
 
 
 @mt.func
@@ -1161,31 +1105,13 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel, args = kda_intra_chunk_sub16_kernel, args + (float(2.0 ** shift), float(2.0 ** -shift))
     elif variant == "chunk64":
         kernel = kda_intra_chunk_kernel
-    elif INTRA_PERSISTENT:  # one program an SM walks the chunk-heads, prefetching the next one into L1
-        scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
-                    STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH, CHAINS=SCORE_CHAINS)
-        _launch(kda_intra_chunk_sliced_persistent_kernel, (min(_num_sms(dev), n_chunks * H),), args + (n_chunks,),
-                K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
-        return out
     else:
         kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
-        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or INTRA_PREFETCH_NEXT \
-                or SCORE_CHAINS != 1:
+        if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or SCORE_CHAINS != 1:
             scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
-                        STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH,
-                        AHEAD=_prefetch_ahead(INTRA_PREFETCH_NEXT, dev), CHAINS=SCORE_CHAINS)
+                        STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH, CHAINS=SCORE_CHAINS)
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
-
-
-def _prefetch_ahead(setting: bool | int, device: torch.device) -> int:
-    """INTRA_PREFETCH_NEXT as the kernel's AHEAD: False -> 0 (off), True -> the SM count (one wave), n -> n."""
-    if isinstance(setting, bool):
-        return _num_sms(device) if setting else 0
-    if not isinstance(setting, int) or setting < 0:
-        raise ValueError(f"flash_kda.INTRA_PREFETCH_NEXT must be True, False or a launch-slot count >= 0, "
-                         f"got {setting!r}")
-    return setting
 
 
 _SLICED_BY_BLOCKS: dict[int, object] = {}

@@ -314,16 +314,15 @@ PHASE1_KERNELS = {"chunk64": "kda_intra_chunk_kernel", "sub16": "kda_intra_chunk
                   "sliced": "kda_intra_chunk_sliced_kernel"}
 KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
     **{name: ("w_ptr", "u_ptr", "kg_ptr", "qg_ptr", "aqk_ptr", "decay_ptr")
-       for name in (*PHASE1_KERNELS.values(), "kda_intra_chunk_sliced_persistent_kernel")},
+       for name in PHASE1_KERNELS.values()},
     "kda_recurrence_kernel": ("o_ptr", "ht_ptr"),
     "kda_merge_kernel": ("s_in_ptr",),
 }
 
 
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
-                                     "sliced_state_tf32", "sliced_structured_solve", "sliced_prefetch",
-                                     "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps",
-                                     "sliced_persistent"])
+                                     "sliced_state_tf32", "sliced_structured_solve", "sliced_no_prefetch",
+                                     "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -353,16 +352,11 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     if variant == "sliced_structured_solve":  # the UT inverse as block-structured dots (the default: dense)
         variant = "sliced"
         monkeypatch.setattr(flash_kda, "STRUCTURED_SOLVE", True)
-    if variant == "sliced_prefetch":  # its rows into L1, the next wave's into L2 (the interpreter checks them)...
+    if variant == "sliced_no_prefetch":  # without the L1 prefetch of its rows, the score dots in one chain each
         variant = "sliced"
-        monkeypatch.setattr(flash_kda, "INTRA_PREFETCH", True)
-        monkeypatch.setattr(flash_kda, "INTRA_PREFETCH_NEXT", 1)  # the next program: its rows exist here
-        monkeypatch.setattr(flash_kda, "SCORE_CHAINS", 2)  # and the score dots in two accumulation chains
+        monkeypatch.setattr(flash_kda, "INTRA_PREFETCH", False)
+        monkeypatch.setattr(flash_kda, "SCORE_CHAINS", 1)
     head = 16
-    if variant == "sliced_persistent":  # two programs walk the three chunk-heads, prefetching the next one
-        variant = "sliced"
-        monkeypatch.setattr(flash_kda, "INTRA_PERSISTENT", True)
-        monkeypatch.setattr(flash_kda, "_num_sms", lambda device: 2)
     if variant.startswith("sliced_k128_recurrence_wgmma"):  # K3's head size: the recurrence's big dots on wgmma
         if variant.endswith("8_warps"):  # two warpgroups: the [2 BT, K] dots on wgmma, the [BT, ...] ones not
             monkeypatch.setattr(flash_kda, "RECURRENCE_WARPS", 8)
@@ -371,8 +365,7 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, head, head, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
-    phase1 = "kda_intra_chunk_sliced_persistent_kernel" if flash_kda.INTRA_PERSISTENT else PHASE1_KERNELS[variant]
-    assert [k.__name__ for k, *_ in launches] == [phase1, "kda_recurrence_kernel", "kda_merge_kernel",
+    assert [k.__name__ for k, *_ in launches] == [PHASE1_KERNELS[variant], "kda_recurrence_kernel", "kda_merge_kernel",
                                                  "kda_recurrence_kernel"]
     for kernel, grid, before, after, constexprs in launches:
         params = kernel.runtime_params

@@ -18,7 +18,7 @@ RECURRENCE_FUSED_WQ, ACC_STORES) that the default is not; --merge-precision=P ti
 --segment-lens=L,... times the defaults with the context-parallel segment length forced to each L (tokens, a
 multiple of 64) at every shape; --knob=NAME=VALUE (repeatable) times the defaults with flash_kda's module constant
 NAME set to VALUE (an int, True / False, or a string), e.g. --knob=STATE_PRECISION=bf16; several constants of
-one variant are joined by commas, e.g. --knob=INTRA_PREFETCH=True,INTRA_PREFETCH_NEXT=True.
+one variant are joined by commas, e.g. --knob=INTRA_PREFETCH=False,SCORE_CHAINS=1.
 
 --static compiles each phase-1 kernel ahead of time at K=V=128 with 16-byte aligned pointers (the runtime's
 specialization), 8 warps, and prints ptxas's registers and spill bytes, the PTX instruction count (per thread;
