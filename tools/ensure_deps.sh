@@ -13,13 +13,19 @@ pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
 here=$(pwd -P)
 "$PY" - "$here" <<'PYCODE' 2>/dev/null || pip_install --no-deps --no-build-isolation -e . || pip_install --no-deps -e .
 import os, sys
-import minitriton
-root = os.path.realpath(os.path.dirname(minitriton.__file__ or ""))
-sys.exit(0 if root == os.path.join(sys.argv[1], "minitriton") else 1)
+import minitriton, minitriton.passes, minitriton.frontend, minitriton.kernels
+# every mapped folder (pyproject's package-dir), not only minitriton/: with another checkout's editable install,
+# minitriton itself comes from the current folder but frontend/, passes/ and kernels_src/ from that checkout
+here = sys.argv[1]
+dirs = [os.path.dirname(m.__file__ or "") for m in (minitriton, minitriton.passes, minitriton.frontend)]
+dirs += list(minitriton.kernels.__path__)
+sys.exit(0 if all(os.path.realpath(d).startswith(here + os.sep) for d in dirs) else 1)
 PYCODE
 "$PY" - "$here" <<'PYCODE'
 import os, sys
-import minitriton, minitriton.passes
-root = os.path.realpath(os.path.dirname(minitriton.__file__))
-assert root == os.path.join(sys.argv[1], "minitriton"), f"minitriton imports from {root}, not this checkout"
+import minitriton, minitriton.passes, minitriton.frontend, minitriton.kernels
+here = sys.argv[1]
+for m in (minitriton, minitriton.passes, minitriton.frontend, minitriton.kernels):
+    root = os.path.realpath(os.path.dirname(m.__file__ or "") if m.__file__ else list(m.__path__)[0])
+    assert root.startswith(here + os.sep), f"{m.__name__} imports from {root}, not this checkout"
 PYCODE
