@@ -17,7 +17,8 @@
 #              of NCU_LINES="CASE:KERNEL_REGEX:LAUNCH_SKIP ..." (default flash_t8192:kda_intra:0)
 # LIMIT_<step>=SECONDS overrides a step's time box, e.g. LIMIT_warp=200. KDA_ARGS / KDA_BENCH_ARGS / WARP_ARGS /
 # GEMM_ARGS / FLASH_ARGS replace a tool's arguments, NCU_CASES the profiled cases; GPU_TESTS the test files (none: only
-# the FlashKDA tests), FLASH_TESTS_K the FlashKDA tests' -k filter (none: skip them).
+# the FlashKDA tests), FLASH_TESTS_K the FlashKDA tests' -k filter (none: skip them), GPU_MARK the tests' -m
+# expression (default "gpu and not probe": the opt-in variants measured slower are left out; "gpu": all).
 # A missing tool is reported and skipped. Exits non-zero when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,11 +66,11 @@ gpu_tests() {
     local rc=0
     [ "$files" = none ] && files=""  # GPU_TESTS=none: only the FlashKDA tests (FLASH_TESTS_K)
     for f in $files; do
-        python3 -m pytest -m gpu -q -p no:cacheprovider "$f" 2>&1 | tail -n 3 | sed "s|^|$(basename "$f" .py): |"
+        python3 -m pytest -m "${GPU_MARK:-gpu and not probe}" -q -p no:cacheprovider "$f" 2>&1 | tail -n 3 | sed "s|^|$(basename "$f" .py): |"
         [ "${PIPESTATUS[0]}" -eq 0 ] || [ "${PIPESTATUS[0]}" -eq 5 ] || rc=1
     done
     [ "${FLASH_TESTS_K:-}" = none ] && return $rc
-    python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_flash_kda.py -k "${FLASH_TESTS_K:-1000 or sub16 or sliced}" 2>&1 | tail -n 3
+    python3 -m pytest -m "${GPU_MARK:-gpu and not probe}" -q -p no:cacheprovider tests/test_flash_kda.py -k "${FLASH_TESTS_K:-1000 or sub16 or sliced}" 2>&1 | tail -n 3
     [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
     return $rc
 }
