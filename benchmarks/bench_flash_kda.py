@@ -13,6 +13,9 @@ Peer, measured in the same run on the same tensors:
 floor = max(bytes / measured copy bandwidth, FLOPs / 700 TFLOP/s): bytes = the inputs read once + o written once +
 the final state (`min_bytes`), FLOPs = the chunked algorithm's tensor-core work with causal tiles halved
 (`algorithm_flops`). floor/ours is the roofline fraction. The target (issue 5) is fla/ours >= 2.5.
+Two tables: call to call (do_bench: what an eager caller waits, host work between launches included) and, with
+the same columns, the sum of each side's kernel times (torch.profiler: GPU work only). fla launches eight
+kernels a call, so where it is host-bound the two differ (B1 T8192 H12 on an H100: 1.28 against 0.56 ms).
 
 Importable without fla or a GPU (tests import it); fla is imported when its peer runs.
 """
@@ -107,6 +110,15 @@ def fla(p: Problem) -> Callable[[], Any]:
     return call
 
 
+def kernel_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
+    """Milliseconds of GPU kernel time per call, summed over the call's kernels (None when it cannot run)."""
+    try:
+        return sum(us for _, us in harness.kernel_times(make())) / 1e3
+    except Exception as e:  # as time_ms
+        harness.log(f"skipped: {type(e).__name__}: {e}")
+        return None
+
+
 def time_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
     """Median milliseconds of one call (None, with the reason logged, when it cannot run)."""
     try:
@@ -120,7 +132,9 @@ def time_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
 
 
 def run(shapes=SHAPES, state_precision: str | None = None, context_parallel: bool | None = None,
-        recurrence_warps: int | None = None, intra_variant: str | None = None) -> "harness.Table":
+        recurrence_warps: int | None = None,
+        intra_variant: str | None = None) -> tuple["harness.Table", "harness.Table"]:
+    """(call-to-call table, kernel-time table) at `shapes`."""
     from minitriton.kernels import flash_kda
 
     if state_precision is not None:  # None: the module's default (bf16x2 since 2026-12-06), as chunk_kda runs it
@@ -135,6 +149,8 @@ def run(shapes=SHAPES, state_precision: str | None = None, context_parallel: boo
                                  "state_precision": flash_kda.STATE_PRECISION, "context_parallel": context_parallel,
                                  "recurrence_warps": flash_kda.RECURRENCE_WARPS or "auto",
                                  "intra_variant": flash_kda.INTRA_VARIANT})
+    kernels = harness.Table("flash_kda_kernels", "KDA chunked prefill, GPU kernel time per call (sum of kernels)",
+                            unit="ms", notes=dict(table.notes))
     for B, T, H in shapes:
         p = make_problem(B, T, H)
         dims = p.shape
@@ -143,9 +159,12 @@ def run(shapes=SHAPES, state_precision: str | None = None, context_parallel: boo
         peer = time_ms(lambda: fla(p))
         if mine is not None:
             table.add("chunk_kda", f"B={B},T={T},H={H}", mine, {"fla": peer}, floor=floor)
+        mine_k, peer_k = kernel_ms(lambda: ours(p, context_parallel)), kernel_ms(lambda: fla(p))
+        if mine_k is not None:
+            kernels.add("chunk_kda", f"B={B},T={T},H={H}", mine_k, {"fla": peer_k}, floor=floor)
         del p
         torch.cuda.empty_cache()
-    return table
+    return table, kernels
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -161,10 +180,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
     cp = {"auto": None, "on": True, "off": False}[args.context_parallel]
-    table = run(shapes, args.state_precision, cp, args.recurrence_warps, args.intra_variant)
-    print(table.format())
-    if not args.no_save:
-        table.save()
+    tables = run(shapes, args.state_precision, cp, args.recurrence_warps, args.intra_variant)
+    for table in tables:
+        print(table.format())
+        if not args.no_save:
+            table.save()
 
 
 if __name__ == "__main__":

@@ -52,6 +52,23 @@ def do_bench(fn: Callable[[], Any], warmup: int = 25, rep: int = 100) -> float:
     return float(triton_do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
+def kernel_times(fn: Callable[[], Any], repeat: int = 5) -> list[tuple[str, float]]:
+    """Each CUDA kernel's GPU time in microseconds per call of `fn` (torch.profiler over `repeat` calls after one
+    warm-up), largest first. Unlike do_bench's call-to-call time it leaves out the host's work between launches:
+    a multi-kernel op that is host-bound shows the difference."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeat):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(e.key, e.device_time_total / repeat) for e in prof.key_averages() if e.device_time_total > 0]
+    return sorted(rows, key=lambda r: -r[1])
+
+
 def _event_bench(fn: Callable[[], Any], warmup: int, rep: int) -> float:
     import torch
 

@@ -1,7 +1,7 @@
 """Run benchmark tables: `python -m benchmarks.run` lists them, `python -m benchmarks.run NAME ...` runs them
 (`all` runs every one), `--summary NAME ...` reprints saved results from benchmarks/results/.
 
-Each table is a module with a `run() -> Table` function; its docstring's first line describes it here.
+Each table is a module with a `run() -> Table` (or a tuple of Tables) function; its docstring's first line describes it here.
 Tables print to stdout and save JSON (+ PNG) to benchmarks/results/; progress lines go to stderr.
 """
 from __future__ import annotations
@@ -40,9 +40,10 @@ def run_tables(names: list[str]) -> int:
         return 1
     for name in names:
         log(f"running table '{name}'")
-        table: Table = importlib.import_module(TABLES[name]).run()
-        print(table.format(), flush=True)
-        table.save()
+        result: Table | tuple[Table, ...] = importlib.import_module(TABLES[name]).run()
+        for table in result if isinstance(result, tuple) else (result,):
+            print(table.format(), flush=True)
+            table.save()
     return 0
 
 

@@ -11,7 +11,7 @@
 GPU mode, per variant: (1) the oracle check of tests/test_flash_kda.py at T=1000 H=4 K=V=128 with an initial state
 (float64 token-by-token reference; bounds 1e-2 output / 5e-3 final state), and at every benchmark shape the output
 and final state against the sub16 variant's (same bounds); (2) per-kernel GPU time (torch.profiler, mean of
-tools/profile_kernels.REPEAT calls) at each shape (default B1 T32768 H16 and B1 T8192 H12, K=V=128), ours for each
+5 calls) at each shape (default B1 T32768 H16 and B1 T8192 H12, K=V=128), ours for each
 variant and fla's chunk_kda on the same tensors. A variant that fails its check is reported and not timed.
 --scan-layout=yes, --fused-wq=yes and --acc-stores=yes time the form of that knob (INTRA_SCAN_LAYOUT,
 RECURRENCE_FUSED_WQ, ACC_STORES) that the default is not; --merge-precision=P times the merge in P;
@@ -80,7 +80,7 @@ def time_against_sub16(label: str, p: "object", base: tuple[torch.Tensor, torch.
     print the per-kernel times (or why it was not timed). cp_segment_len: the context-parallel segment length
     forced (None: chosen by chunk_kda)."""
     from benchmarks import bench_flash_kda as bench
-    from tools.profile_kernels import kernel_times
+    from benchmarks.harness import kernel_times
 
     call = bench.ours(p, None, cp_segment_len)  # type: ignore[arg-type]
     o, s = call()
@@ -110,7 +110,7 @@ def gpu(shapes: list[tuple[int, int, int]], state_blocks: tuple[int, ...] = (),
         merge_precision: str = "", fused_wq: bool = False, segment_lens: tuple[int, ...] = (),
         acc_stores: bool = False, knobs: tuple[tuple[tuple[str, object], ...], ...] = ()) -> None:
     from benchmarks import bench_flash_kda as bench
-    from tools.profile_kernels import kernel_times
+    from benchmarks.harness import kernel_times
 
     defaults = flash_kda.INTRA_VARIANT, flash_kda.STATE_BLOCK, flash_kda.RECURRENCE_CARRIED, \
         flash_kda.RECURRENCE_PREFETCH, flash_kda.RECURRENCE_TRANSPOSED

@@ -2,7 +2,7 @@
 
     python tools/profile_kernels.py flash_kda [BxTxH ...]      (default: the five issue shapes)
 
-Prints, per shape, each CUDA kernel's total microseconds over `REPEAT` calls divided by REPEAT, ours and the
+Prints, per shape, each CUDA kernel's GPU microseconds per call (over 5 calls), ours and the
 peer (fla), largest first.
 """
 from __future__ import annotations
@@ -11,22 +11,10 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REPEAT = 5
-
-
-def kernel_times(fn) -> list[tuple[str, float]]:  # type: ignore[no-untyped-def]
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(REPEAT):
-            fn()
-        torch.cuda.synchronize()
-    rows = [(e.key, e.device_time_total / REPEAT) for e in prof.key_averages() if e.device_time_total > 0]
-    return sorted(rows, key=lambda r: -r[1])
+from benchmarks.harness import kernel_times  # noqa: E402
 
 
 def flash_kda(shapes: list[tuple[int, int, int]]) -> None:

@@ -98,10 +98,7 @@ def time_call(fn: Callable[[], Any], use_graph: bool) -> float:
 
 def kernel_split(fn: Callable[[], Any]) -> str:
     """Each CUDA kernel's GPU time in one call (torch.profiler, no L2 flush: at K3 the weights exceed L2 anyway)."""
-    sys.path.insert(0, str(REPO / "tools"))
-    from profile_kernels import kernel_times
-
-    rows = kernel_times(fn)
+    rows = harness.kernel_times(fn)
     parts = ", ".join(f"{name.split('(')[0][:28]} {t:.1f}" for name, t in rows[:6])
     return f"{sum(t for _, t in rows):.1f} us of kernels = {parts}"
 
