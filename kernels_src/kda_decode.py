@@ -33,6 +33,8 @@ Layouts (all contiguous; C = 2*H*K + H*V conv channels, ordered q | k | v as vLL
   cache.conv_state  [P, 3, C]    activation dtype: the last 3 conv inputs, oldest first
   cache.draft_proj  [P, MAX_DRAFTS, H, 3K+V] activation dtype: per draft row q | k | v | f (raw, pre-conv)
   cache.draft_beta  [P, MAX_DRAFTS, H]       activation dtype: beta logits of the drafts
+  cache.draft_delta [P, MAX_DRAFTS, H, V+2K] fp32, only with allocate(..., replay_deltas=True): the replay
+                    factors the opt-in `deltas` variants write and replay (None otherwise)
   weights.conv_weight [C, 4] fp32 (tap 3 multiplies the current token), a_log [>=H] fp32, dt_bias [H*K] fp32,
   o_norm_weight [V] fp32. Gate (Kimi K3 form): g = lower_bound * sigmoid(exp(a_log[h]) * (f + dt_bias[h]))
 
