@@ -30,9 +30,10 @@ DTYPES = {torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32", torc
 
 
 def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | None,
-                      initial_state: bool = True) -> list:
-    """(kernel, grid, args, constexprs) of every launch chunk_kda makes at B = 1, with a final state and (unless
-    initial_state is False) an initial one (nothing runs)."""
+                      initial_state: bool = True, batch: int = 1) -> list:
+    """(kernel, grid, args, constexprs) of every launch chunk_kda makes at B = `batch`, with a final state and
+    (unless initial_state is False) an initial one. Nothing runs, so the inputs are uninitialized CPU tensors
+    (only their shapes, dtypes and alignment reach the launches: large shapes cost no random draws)."""
     from minitriton.kernels import flash_kda
 
     import os
@@ -42,13 +43,11 @@ def recorded_launches(T: int, H: int, K: int, V: int, context_parallel: bool | N
     flash_kda._launch = lambda kernel, grid, args, **constexprs: launches.append((kernel, grid, args, constexprs))
     os.environ["MINITRITON_INTERPRET"] = "1"  # CPU tensors are accepted then; nothing is launched here anyway
     try:
-        gen = torch.Generator().manual_seed(0)
-        q, k = (torch.randn(1, T, H, K, generator=gen).bfloat16() for _ in range(2))
-        flash_kda.chunk_kda(q=q, k=k, v=torch.randn(1, T, H, V, generator=gen).bfloat16(),
-                            g=torch.randn(1, T, H, K, generator=gen).bfloat16(),
-                            beta=torch.randn(1, T, H, generator=gen).bfloat16(), A_log=torch.zeros(H),
-                            dt_bias=torch.zeros(H * K),
-                            initial_state=torch.zeros(1, H, K, V) if initial_state else None,
+        B, bf16 = batch, torch.bfloat16
+        flash_kda.chunk_kda(q=torch.empty(B, T, H, K, dtype=bf16), k=torch.empty(B, T, H, K, dtype=bf16),
+                            v=torch.empty(B, T, H, V, dtype=bf16), g=torch.empty(B, T, H, K, dtype=bf16),
+                            beta=torch.empty(B, T, H, dtype=bf16), A_log=torch.zeros(H), dt_bias=torch.zeros(H * K),
+                            initial_state=torch.zeros(B, H, K, V) if initial_state else None,
                             output_final_state=True, context_parallel=context_parallel)
     finally:
         flash_kda._launch = original

@@ -27,16 +27,14 @@ from flash_kda_variants import DEFAULT_SHAPES, ORACLE_SHAPE, knob, parse_knob  #
 
 
 def prebuild(settings: tuple[tuple[str, object], ...], shapes: list[tuple[int, int, int]]) -> int:
-    """Compile every kernel chunk_kda launches under `settings` at `shapes` (B must be 1); returns how many."""
+    """Compile every kernel chunk_kda launches under `settings` at `shapes` (B x T x H); returns how many."""
     with contextlib.ExitStack() as stack:
         for name, value in settings:
             stack.enter_context(knob(name, value))
         count = 0
         for B, T, H in shapes:
-            if B != 1:
-                sys.exit(f"shape {B}x{T}x{H}: only B = 1 is recorded")
             for h0 in (True, False):
-                for kernel, _, args, constexprs in recorded_launches(T, H, 128, 128, None, initial_state=h0):
+                for kernel, _, args, constexprs in recorded_launches(T, H, 128, 128, None, initial_state=h0, batch=B):
                     kernel.precompile(*args, **constexprs)
                     count += 1
         return count
