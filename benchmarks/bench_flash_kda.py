@@ -110,25 +110,30 @@ def fla(p: Problem) -> Callable[[], Any]:
     return call
 
 
-def kernel_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
-    """Milliseconds of GPU kernel time per call, summed over the call's kernels (None when it cannot run)."""
+def _or_none(measure: Callable[[], float]) -> float | None:
+    """measure(), or None with the reason logged when it cannot run (a missing fla, or an API that changed: the
+    row is reported without this peer)."""
     try:
-        return sum(us for _, us in harness.kernel_times(make())) / 1e3
-    except Exception as e:  # as time_ms
+        return measure()
+    except Exception as e:
         harness.log(f"skipped: {type(e).__name__}: {e}")
         return None
+
+
+def kernel_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
+    """Milliseconds of GPU kernel time per call, summed over the call's kernels (None when it cannot run)."""
+    return _or_none(lambda: sum(us for _, us in harness.kernel_times(make())) / 1e3)
 
 
 def time_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
     """Median milliseconds of one call (None, with the reason logged, when it cannot run)."""
-    try:
+    def measure() -> float:
         fn = make()
         fn()  # compile / autotune outside the timing
         torch.cuda.synchronize()
         return harness.do_bench(fn)
-    except Exception as e:  # a missing fla, or an API that changed: report the row without this peer
-        harness.log(f"skipped: {type(e).__name__}: {e}")
-        return None
+
+    return _or_none(measure)
 
 
 def run(shapes=SHAPES, state_precision: str | None = None, context_parallel: bool | None = None,

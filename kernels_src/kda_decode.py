@@ -1694,8 +1694,8 @@ VARIANTS: dict[str, Variant] = {
     "stream_scratch": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_scratch_kernel", 8),
     "stream_scratch_vc64": Variant("kda_decode_t1_kernel", 8, 8, 1, 1, "kda_decode_scratch_kernel", 8, rows=2),
     "loop": Variant("kda_decode_step_kernel", 8, 8, 1, 1, "kda_decode_step_kernel", 8),  # the 18:55 kernel
-    # the default's kernels, with the accepted drafts replayed from cached deltas at k >= 1 (2026-12-07; not yet
-    # timed): one fma per state element a replayed token instead of a conv, norms, a matvec and the update
+    # the default's kernels, with the accepted drafts replayed from cached deltas at k >= 1 (2026-12-07): one fma
+    # per state element a replayed token instead of a conv, norms, a matvec and the update
     "stream_l32_pf2_delta": Variant("kda_decode_t1_kernel", 8, 32, 4, 2, "kda_decode_step_kernel", 8, deltas=True),
     # measured 2026-12-07 (H100, B256 H12): the delta replay +11% at k7a7 (each replayed token waits a memory latency
     # for its row, with nothing to hide it). _rpf: the replayed rows and the gate rows asked into L1 up front

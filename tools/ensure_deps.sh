@@ -11,21 +11,18 @@ pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
 "$PY" -c "import cuda.bindings.driver" 2>/dev/null || pip_install "cuda-bindings>=13,<14"
 # The package must be installed (editable) from THIS checkout: CI clones into a fresh folder.
 here=$(pwd -P)
-"$PY" - "$here" <<'PYCODE' 2>/dev/null || pip_install --no-deps --no-build-isolation -e . || pip_install --no-deps -e .
-import os, sys
-import minitriton, minitriton.passes, minitriton.frontend, minitriton.kernels
-# every mapped folder (pyproject's package-dir), not only minitriton/: with another checkout's editable install,
-# minitriton itself comes from the current folder but frontend/, passes/ and kernels_src/ from that checkout
-here = sys.argv[1]
-dirs = [os.path.dirname(m.__file__ or "") for m in (minitriton, minitriton.passes, minitriton.frontend)]
-dirs += list(minitriton.kernels.__path__)
-sys.exit(0 if all(os.path.realpath(d).startswith(here + os.sep) for d in dirs) else 1)
-PYCODE
-"$PY" - "$here" <<'PYCODE'
+# Every mapped folder (pyproject's package-dir) is checked, not only minitriton/: with another checkout's editable
+# install, minitriton itself comes from the current folder but frontend/, passes/ and kernels_src/ from that one.
+imports_here() {
+    "$PY" - "$here" <<'PYCODE'
 import os, sys
 import minitriton, minitriton.passes, minitriton.frontend, minitriton.kernels
 here = sys.argv[1]
 for m in (minitriton, minitriton.passes, minitriton.frontend, minitriton.kernels):
-    root = os.path.realpath(os.path.dirname(m.__file__ or "") if m.__file__ else list(m.__path__)[0])
-    assert root.startswith(here + os.sep), f"{m.__name__} imports from {root}, not this checkout"
+    root = os.path.realpath(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0])
+    if not root.startswith(here + os.sep):
+        sys.exit(f"{m.__name__} imports from {root}, not this checkout")
 PYCODE
+}
+imports_here 2>/dev/null || pip_install --no-deps --no-build-isolation -e . || pip_install --no-deps -e .
+imports_here
