@@ -1,4 +1,5 @@
-"""mt.dot on Hopper tensor cores: `wgmma.mma_async.sync.aligned.m64nNk16` (warpgroup MMA, operands in shared memory).
+"""mt.dot on Hopper tensor cores: `wgmma.mma_async.sync.aligned.m64nNk16` (warpgroup MMA; B in shared memory, A in
+shared memory or in registers).
 
 The dot-lowering pass gives such a dot `mt.local_alloc` operands (`#mt.shared<{swizzle = S, order}>`, K-major) and an
 `#mt.mma<{version = 3, warpsPerCTA = [W, 1], instrShape = [16, Ni, 16]}>` result. Here:
@@ -27,6 +28,11 @@ the async proxy the wgmma reads through); `bar.sync`; the accumulator copied int
 `wgmma.fence.sync.aligned`; for every m-block, n-block and K step of 16 one
 `wgmma.mma_async.sync.aligned.m64n{Ni}k16.f32.bf16.bf16 {d}, desc_a, desc_b, 1, 1, 1, 0, 0` (scale-d 1: D += A B);
 `wgmma.commit_group.sync.aligned`; `wgmma.wait_group.sync.aligned 0`.
+A in registers (`#mt.dot_op<{opIdx = 0, parent = #mt.mma<{version = 3, ..}>, kWidth = 2}>`, dot-lowering's choice
+when A is an accumulator-layout tile: an earlier dot's result or a recurrent state): per m-block and K step the
+thread's four words of the m16n8k16 A fragment (codegen/mma.py `a_registers`, with the same row permutation),
+packed before the wgmma.fence, passed as `{a0, a1, a2, a3}` in place of A's descriptor (that form has no
+trans-a). Only B is staged then.
 Descriptors (hopper_ptx.md 2.4): `make_descriptor`: start address >> 4 in bits 0-13, LBO 1 (unused when K-major
 swizzled), SBO = 8 * S >> 4 in bits 32-45, swizzle mode in bits 62-63 (1 = 128B, 2 = 64B, 3 = 32B). Stepping K by
 16 inside a swizzle row adds 32 bytes to the start address (the hardware applies the swizzle to the address).
@@ -59,7 +65,8 @@ from minitriton.ir.types import LayoutAttr
 
 from .context import KernelContext
 from .layout_moves import possible_bits
-from .mma import register_index, staging_dim, store_shared_b16, store_width
+from .layout_moves import pack
+from .mma import a_registers, register_index, staging_dim, store_shared_b16, store_width
 
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}
 WARPGROUP_WARPS = 4
@@ -166,9 +173,11 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
     (m, k), n = a_v.type.shape, b_v.type.shape[1]
     t = a_v.type.scalar.name  # type: ignore[union-attr]
     a_slot, b_slot = _slot_of(a_v, 0), _slot_of(b_v, 1)
+    a_words = _a_register_words(ctx, a_v, num_warps, m, k)  # A from registers (None: from shared memory)
+    stage_a = a_slot is None and a_words is None
     staged = StagedOperands(0, 0, 0)
-    if a_slot is None or b_slot is None:
-        staged = _stage_operands(ctx, a_v if a_slot is None else None, b_v if b_slot is None else None,
+    if stage_a or b_slot is None:
+        staged = _stage_operands(ctx, a_v if stage_a else None, b_v if b_slot is None else None,
                                  num_warps, n_instr)
     c_map = ctx.tmap(op.result)
     c_regs = ctx.get(c_v)
@@ -185,15 +194,19 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
                 for reg, i in zip(d, idx):
                     ctx.emit(f"mov.f32 {reg}, {c_regs[i]};")
             blocks.append((rep, nb, idx, d))
-    a_desc, a_step = _a_descriptor(ctx, a_v, a_slot, staged, num_warps, k)
+    if a_words is None:
+        a_desc, a_step = _a_descriptor(ctx, a_v, a_slot, staged, num_warps, k)
     b_desc, b_step, trans_b = _b_descriptor(ctx, b_v, b_slot, staged, n_instr, k)
-    ctx.emit("wgmma.fence.sync.aligned;")
+    ctx.emit("wgmma.fence.sync.aligned;")  # after every write of the accumulators and A's words
     for rep, nb, idx, d in blocks:
         for kk in range(k // 16):
-            da = _descriptor(ctx, a_desc, a_step(rep, kk))
             db = _descriptor(ctx, b_desc, b_step(nb, kk))
-            ctx.emit(f"wgmma.mma_async.sync.aligned.m64n{n_instr}k16.f32.{t}.{t} {{{', '.join(d)}}}, {da}, {db}, "
-                     f"1, 1, 1, 0, {trans_b};")
+            if a_words is None:
+                a, trans_a = _descriptor(ctx, a_desc, a_step(rep, kk)), ", 0"
+            else:  # the register form has no trans-a (A is K-major in registers)
+                a, trans_a = f"{{{', '.join(a_words[(rep, kk)])}}}", ""
+            ctx.emit(f"wgmma.mma_async.sync.aligned.m64n{n_instr}k16.f32.{t}.{t} {{{', '.join(d)}}}, {a}, {db}, "
+                     f"1, 1, 1{trans_a}, {trans_b};")
         for i, reg in zip(idx, d):
             out[i] = reg
     ctx.emit("wgmma.commit_group.sync.aligned;")
@@ -204,6 +217,19 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
     if in_place:
         ctx.barrier()  # every warpgroup's older groups retired: the slots they read may be rewritten
     ctx.bind(op.result, out)
+
+
+def _a_register_words(ctx: KernelContext, a_v: Value, num_warps: int, m: int, k: int
+                      ) -> dict[tuple[int, int], list[str]] | None:
+    """A's four 32-bit words per (m-block, K step) when A is in registers (`#mt.dot_op`, version 3 parent): the
+    m16n8k16 A fragment of the thread's warp within its warpgroup, packed here, before the wgmma.fence. None when
+    A is in shared memory."""
+    enc = a_v.type.encoding  # type: ignore[union-attr]
+    if enc is None or enc.kind != "dot_op":
+        return None
+    a_map, regs = ctx.tmap(a_v), ctx.get(a_v)
+    return {(rep, kk): [pack(ctx, regs[i], regs[j]) for i, j in zip(*[iter(a_registers(a_map, num_warps, rep, kk))] * 2)]
+            for rep in range(m // (16 * num_warps)) for kk in range(k // 16)}
 
 
 def lower_dot_wait(ctx: KernelContext, op: Operation) -> None:

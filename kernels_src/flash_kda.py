@@ -686,7 +686,9 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
 
     BIG_DOTS (RECURRENCE_WGMMA: "auto", else "mma"): the instruction of the two [2 BT, K] x [K, BV] dots, [w; qg] S
     and the bf16x2 state update; "auto" lets dot-lowering put them on wgmma (their two staged tiles fill the 48 KB
-    of static shared memory exactly).
+    of static shared memory exactly). With TRANSPOSED, every 16-bit dot: S^T and v_new^T are then the wgmmas' A
+    operands straight from their accumulator registers, and only the token tiles (w^T, qg^T, Aqk^T, kg) are
+    staged; the bf16x2 update is two dots on kg (hi, then lo).
 
     ACC_STORES (ACC_STORES; state not transposed): o is stored from its accumulator's layout on WARPS (the
     program's warps) rather than converted to the coalesced one through shared memory: 2 bar.sync a chunk fewer.
@@ -783,7 +785,7 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
             else:
                 mt.store(o_ptr + base * V + (rt_h[:, None] * V + cols[None, :]), o, mask=valid[:, None])
         elif TRANSPOSED:
-            v_t = u_t - mt.dot(state_lo, mt.trans(w))
+            v_t = u_t - mt.dot(state_lo, mt.trans(w), instruction=BIG_DOTS)
             v_t_lo = v_t.to(mt.bfloat16)
         else:
             v_new = u - mt.dot(w, state_lo)
@@ -799,7 +801,8 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                 aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None],
                               other=0.0)
             if TRANSPOSED:
-                o_t = mt.dot(v_t_lo, mt.trans(aqk), mt.dot(state_lo, mt.trans(qg)))
+                o_t = mt.dot(v_t_lo, mt.trans(aqk), mt.dot(state_lo, mt.trans(qg), instruction=BIG_DOTS),
+                             instruction=BIG_DOTS)
                 mt.store(o_ptr + base * V + (rt_h[None, :] * V + cols[:, None]), o_t, mask=valid[None, :])
             else:
                 o = mt.dot(aqk, v_lo, mt.dot(qg, state_lo))
@@ -807,8 +810,12 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         if TRANSPOSED:
             if STATE_PRECISION == "tf32":
                 state = state * decay[None, :] + mt.dot(v_t, kg.to(mt.float32), input_precision="tf32")
+            elif STATE_PRECISION == "bf16x2":  # v_new^T = hi + lo: two dots on the same kg, the state accumulating
+                v_t_rest = (v_t - v_t_lo.to(mt.float32)).to(mt.bfloat16)
+                state = mt.dot(v_t_rest, kg, mt.dot(v_t_lo, kg, state * decay[None, :], instruction=BIG_DOTS),
+                               instruction=BIG_DOTS)
             else:
-                state = state * decay[None, :] + mt.dot(v_t_lo, kg)
+                state = mt.dot(v_t_lo, kg, state * decay[None, :], instruction=BIG_DOTS)
         elif STATE_PRECISION == "tf32":  # v_new keeps 11 bits instead of 8 in the state it accumulates into
             state = state * decay[:, None] + mt.dot(kg_t.to(mt.float32), v_new, input_precision="tf32")
         elif STATE_PRECISION == "bf16x2":  # v_new = hi + lo in bf16 (16 bits; kg is bf16 already): one dot, K = 2 BT
@@ -1146,8 +1153,6 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
     if STATE_PRECISION not in ("tf32", "bf16", "bf16x2"):
         raise ValueError(f"flash_kda.STATE_PRECISION = {STATE_PRECISION!r}: expected 'bf16x2', 'tf32' or 'bf16'")
     precision = STATE_PRECISION
-    if RECURRENCE_TRANSPOSED and precision == "bf16x2":  # the transposed form has no hi / lo split: tf32 instead
-        precision = "tf32"
     spare = f["decay"]
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)

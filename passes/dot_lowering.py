@@ -203,8 +203,10 @@ def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool =
     tf32 = a.scalar.name == "f32" and op.attrs.get("input_precision") in TF32_PRECISIONS  # type: ignore
     if prefer == "fma" or not (tf32 or a.scalar.name in TENSOR_CORE_TYPES):  # type: ignore[union-attr]
         return None
-    if not tf32 and prefer in ("auto", "wgmma") and fits_wgmma(m, n, k, num_warps, in_rings):
-        return _wgmma_choice(m, n, k, num_warps)
+    if not tf32 and prefer in ("auto", "wgmma"):
+        a_regs = not in_rings and a_in_accumulator_layout(op, through_loops=True)
+        if fits_wgmma(m, n, k, num_warps, in_rings, a_staged=not a_regs):
+            return _wgmma_choice(m, n, k, num_warps, a_regs)
     if prefer in ("auto", "mma"):
         k_width = 1 if tf32 else K_WIDTH
         warps = mma_v2_warps(m, n, k, num_warps, k_width, a_staged=not (tf32 and a_in_accumulator_layout(op)))
@@ -248,12 +250,14 @@ def _tiny(op: Operation, num_warps: int) -> bool:
     return m * n < 32 * num_warps
 
 
-def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False) -> bool:
+def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False, a_staged: bool = True) -> bool:
     """Whether `wgmma.mma_async m64nNk16` tiles an m x n x k dot of 16-bit operands on num_warps warps (operands
-    staged per dot, or read in place from two or more ring stages when `in_rings`)."""
+    staged per dot, or read in place from two or more ring stages when `in_rings`; A not staged at all when it is
+    taken from registers, `a_staged` False)."""
     from .pipeline import DYNAMIC_BUDGET
 
-    staged = -(-m * k * 2 // 1024) * 1024 + n * k * 2  # A, then B at the next 1024 bytes (codegen/wgmma.py)
+    a_bytes = -(-m * k * 2 // 1024) * 1024 if a_staged else 0
+    staged = a_bytes + n * k * 2  # A, then B at the next 1024 bytes (codegen/wgmma.py)
     budget = SMEM_BUDGET
     if in_rings:
         # 2 stages, and the static scratch buffer for the epilogue (the codegen keeps it within the static limit)
@@ -282,27 +286,49 @@ def mma_v2_warps(m: int, n: int, k: int, num_warps: int, k_width: int = K_WIDTH,
     return [wm, wn] if padded <= SMEM_BUDGET else None
 
 
-def a_in_accumulator_layout(op: Operation) -> bool:
+def a_in_accumulator_layout(op: Operation, through_loops: bool = False) -> bool:
     """Whether the A operand of a dot is a tile held in an mma accumulator's thread map: an mt.dot result, or a load
     with an explicit layout of the accumulator's form (sizePerThread [1, 2], threadsPerWarp [8, 4], warps [W, 1]),
-    through elementwise ops. Such an A is taken by register renaming (kPairs, `with_k_pairs`), so its size does not
-    count against the shared-memory budget."""
+    through elementwise ops (and, `through_loops`, through a loop-carried value to what the loop yields: a
+    recurrent state updated by a dot). Such an A is taken by register renaming (tf32: kPairs, `with_k_pairs`;
+    wgmma: A from registers), so its size does not count against the shared-memory budget."""
     v = op.operands[0]
-    shape = tuple(v.type.shape)  # type: ignore[union-attr]
-    for _ in range(32):
-        producer = getattr(v, "defining_op", None)
-        if producer is None:
-            return False
-        if producer.name == "mt.dot":
-            return True
-        if producer.name == "mt.load":
-            enc = producer.attrs.get("layout")
-            return enc is not None and is_accumulator_blocked(enc)
-        same = [o for o in producer.operands if isinstance(o.type, TensorType) and tuple(o.type.shape) == shape]
-        if producer.name in ("mt.convert_layout", "mt.reshape", "mt.trans") or not same:
-            return False
-        v = same[0]
-    return False
+    return _from_accumulator(v, tuple(v.type.shape), through_loops, set(), 32)  # type: ignore[union-attr]
+
+
+def _from_accumulator(v: Value, shape: tuple[int, ...], through_loops: bool, seen: set[Value], depth: int) -> bool:
+    """`a_in_accumulator_layout`'s walk up from `v`: the first same-shape operand of each elementwise producer, or
+    (`through_loops`) any of them and through loop-carried values (a state `u - x @ S` or `S * d + ...`)."""
+    if depth == 0 or v in seen:
+        return False
+    seen.add(v)
+    producer = getattr(v, "defining_op", None)
+    if producer is None:
+        yielded = _yielded_for(v) if through_loops else None
+        return yielded is not None and _from_accumulator(yielded, shape, through_loops, seen, depth - 1)
+    if producer.name == "mt.dot":
+        return True
+    if producer.name == "mt.load":
+        enc = producer.attrs.get("layout")
+        return enc is not None and is_accumulator_blocked(enc)
+    same = [o for o in producer.operands if isinstance(o.type, TensorType) and tuple(o.type.shape) == shape]
+    if producer.name in ("mt.convert_layout", "mt.reshape", "mt.trans") or not same:
+        return False
+    return any(_from_accumulator(o, shape, through_loops, seen, depth - 1)
+               for o in (same if through_loops else same[:1]))
+
+
+def _yielded_for(v: Value) -> Value | None:
+    """The value an scf.for yields into its loop-carried block argument `v` (None for any other value)."""
+    owner = getattr(v, "owner", None)
+    block = owner if isinstance(owner, Block) else None
+    loop = block.parent_op if block is not None else None
+    if loop is None or loop.name != "scf.for" or v.index == 0:
+        return None
+    yield_op = block.terminator
+    if yield_op is None or len(yield_op.operands) < v.index:
+        return None
+    return yield_op.operands[v.index - 1]
 
 
 def fragment_blocked(enc: LayoutAttr, shape: tuple[int, ...]) -> LayoutAttr | None:
@@ -329,10 +355,13 @@ def fragment_blocked(enc: LayoutAttr, shape: tuple[int, ...]) -> LayoutAttr | No
     return cand
 
 
-def _wgmma_choice(m: int, n: int, k: int, num_warps: int) -> DotChoice:
+def _wgmma_choice(m: int, n: int, k: int, num_warps: int, a_regs: bool = False) -> DotChoice:
+    """wgmma with both operands staged K-major, or (`a_regs`) A taken from registers (`#mt.dot_op` of the
+    version 3 accumulator: a renaming of an accumulator-layout tile)."""
     acc = mma_layout(3, [num_warps, 1], [16, min(n, 256), 16])
     swizzle = min(128, 2 * k)
-    return DotChoice("wgmma", acc, shared_layout(swizzle, [1, 0]), shared_layout(swizzle, [0, 1]))
+    a = dot_operand_layout(0, acc, K_WIDTH) if a_regs else shared_layout(swizzle, [1, 0])
+    return DotChoice("wgmma", acc, a, shared_layout(swizzle, [0, 1]))
 
 
 def _check_not_lowered(func: Operation, op: Operation) -> None:
@@ -396,7 +425,9 @@ def verify_dot_layouts(func: Operation) -> None:
             k_width = 1 if op.operands[0].type.scalar.name == "f32" else K_WIDTH  # type: ignore[union-attr]
             pairs = a is not None and bool(a.get("kPairs"))
             want = (dot_operand_layout(0, acc, k_width, pairs), dot_operand_layout(1, acc, k_width, pairs))
-        else:
-            want = tuple(e if e is not None and e.kind == "shared" else None for e in (a, b))
+        else:  # wgmma: both staged, or A in registers (#mt.dot_op of this accumulator)
+            a_regs = a is not None and a.kind == "dot_op" and a == dot_operand_layout(0, acc, K_WIDTH)
+            want = (a if a_regs or (a is not None and a.kind == "shared") else None,
+                    b if b is not None and b.kind == "shared" else None)
         if (a, b) != want or None in want:
             raise ValueError(f"{where}: operands {a}, {b} do not match the result's {acc}")

@@ -232,21 +232,30 @@ class TensorCoreUnit:
             raise _error(f"unsupported wgmma.mma_async.{'.'.join(mods)}")
         n_cols = int(shape[4:-3])
         d = _split(ops[0])
-        if len(d) != n_cols // 2 or len(ops) != 8:
-            raise _error(f"wgmma m64n{n_cols}k16 takes {n_cols // 2} accumulators and 7 more operands")
+        a_regs = _split(ops[1]) if ops[1].strip().startswith("{") else None  # A from registers: no trans-a
+        if len(d) != n_cols // 2 or len(ops) != (7 if a_regs else 8) or (a_regs and len(a_regs) != 4):
+            raise _error(f"wgmma m64n{n_cols}k16 takes {n_cols // 2} accumulators, A (a descriptor or 4 words) "
+                         f"and {'5' if a_regs else '6'} more operands")
         imm = [o.strip() for o in ops[4:]]
+        if a_regs:
+            imm.insert(2, "0")
         if imm[:3] != ["1", "1", "0"] or imm[3] not in ("0", "1"):
             raise _error(f"only scale-a = scale-b = 1, K-major A and K- or N-major B are simulated, got {ops[4:]}")
         trans_b = imm[3] == "1"
         tids = np.arange(cta.n)
         for g in groups:
             fence_step = self.fenced_at.get(g)
-            if fence_step is None or any(self.written_at.get(r, -1) > fence_step for r in d):
-                raise _error("wgmma.mma_async accumulators written since the warpgroup's last wgmma.fence")
+            if fence_step is None or any(self.written_at.get(r, -1) > fence_step for r in d + (a_regs or [])):
+                raise _error("wgmma.mma_async accumulators or A registers written since the warpgroup's last "
+                             "wgmma.fence")
             sel = tids[g * WARPGROUP:(g + 1) * WARPGROUP]
-            desc_a, desc_b = (self._uniform(cta.get(x, "u64")[sel], "descriptor") for x in ops[1:3])
+            desc_b = self._uniform(cta.get(ops[2], "u64")[sel], "descriptor")
             scale_d = self._scale_d(ops[3], sel)
-            A = self._operand(desc_a, 64, atype, int(sel[0]))  # 64 x 16
+            if a_regs:
+                A = self._register_a(a_regs, sel, atype)
+            else:
+                A = self._operand(self._uniform(cta.get(ops[1], "u64")[sel], "descriptor"), 64, atype,
+                                  int(sel[0]))  # 64 x 16
             B = self._operand_mn(desc_b, n_cols, btype, int(sel[0])) if trans_b else \
                 self._operand(desc_b, n_cols, btype, int(sel[0])).T  # 16 x N
             lane, warp_in_group = sel % 32, (sel // 32) % 4
@@ -263,6 +272,19 @@ class TensorCoreUnit:
                 full[sel] = new[:, j].astype(np.float32)
                 cta.set(r, full, "f32", mask)
             self.pending[-1].update(d)
+
+    def _register_a(self, regs: list[str], sel: np.ndarray, t: str) -> np.ndarray:
+        """The warpgroup's 64 x 16 A from its threads' four words: mma.sync m16n8k16's A fragment per warp (word
+        r: row g + 8 (r & 1), columns 2 t + 8 (r >> 1) + {0, 1} of the warp's 16 rows)."""
+        lane, warp = sel % 32, (sel // 32) % 4
+        g, tig = lane >> 2, lane % 4
+        A = np.zeros((64, 16))
+        for r, name in enumerate(regs):
+            word = self.cta.get(name, "b32")[sel].astype(np.uint32)
+            rows, col = 16 * warp + g + 8 * (r & 1), 2 * tig + 8 * (r >> 1)
+            A[rows, col] = _halves_to_float(word & 0xFFFF, t)
+            A[rows, col + 1] = _halves_to_float(word >> 16, t)
+        return A
 
     def _uniform(self, values: np.ndarray, what: str) -> int:
         if np.any(values != values[0]):

@@ -207,7 +207,6 @@ def test_recurrence_forms(interpret, monkeypatch, knob, value, state_v_first):
     and the same answer as the default recurrence, varlen with initial states and context parallelism."""
     cu = torch.tensor([0, 150, 170, 300])
     x = make_inputs(1, 300, 2, 16, 32, seed=12, n_states=3, state_v_first=state_v_first)
-    monkeypatch.setattr(flash_kda, "STATE_PRECISION", "tf32")  # the transposed form's update runs tf32 or bf16
     o, s = flash_kda.chunk_kda(**x, cu_seqlens=cu, output_final_state=True, state_v_first=state_v_first,
                                context_parallel=True, cp_segment_len=64)
     monkeypatch.setattr(flash_kda, knob, value)
@@ -322,7 +321,8 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
                                      "sliced_state_tf32", "sliced_structured_solve", "sliced_no_prefetch",
-                                     "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps"])
+                                     "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps",
+                                     "sliced_k128_recurrence_transposed_wgmma"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -357,9 +357,11 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
         monkeypatch.setattr(flash_kda, "INTRA_PREFETCH", False)
         monkeypatch.setattr(flash_kda, "SCORE_CHAINS", 1)
     head = 16
-    if variant.startswith("sliced_k128_recurrence_wgmma"):  # K3's head size: the recurrence's big dots on wgmma
+    if variant.startswith("sliced_k128_recurrence"):  # K3's head size: the recurrence's big dots on wgmma
         if variant.endswith("8_warps"):  # two warpgroups: the [2 BT, K] dots on wgmma, the [BT, ...] ones not
             monkeypatch.setattr(flash_kda, "RECURRENCE_WARPS", 8)
+        if variant.endswith("transposed_wgmma"):  # S^T and v_new^T the wgmmas' A operands from registers
+            monkeypatch.setattr(flash_kda, "RECURRENCE_TRANSPOSED", True)
         variant, head = "sliced", 128
         monkeypatch.setattr(flash_kda, "RECURRENCE_WGMMA", True)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
@@ -468,10 +470,13 @@ def test_gpu_other_forms_t1000(monkeypatch, knob, value):
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("context_parallel", [False, True])
-def test_gpu_transposed_recurrence(monkeypatch, context_parallel):
+@pytest.mark.parametrize("wgmma", [False, True])
+def test_gpu_transposed_recurrence(monkeypatch, context_parallel, wgmma):
     """RECURRENCE_TRANSPOSED on the H200 (K = V = 128, T = 1000 H = 4, an initial state; with and without the
-    context-parallel transitions): the oracle's bounds."""
+    context-parallel transitions), on mma.sync and (RECURRENCE_WGMMA) on wgmma with S^T and v_new^T as register
+    A operands: the oracle's bounds."""
     monkeypatch.setattr(flash_kda, "RECURRENCE_TRANSPOSED", True)
+    monkeypatch.setattr(flash_kda, "RECURRENCE_WGMMA", wgmma)
     check(make_inputs(1, 1000, 4, 128, 128, seed=5, init=True, device="cuda"), context_parallel=context_parallel)
 
 

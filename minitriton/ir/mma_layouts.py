@@ -31,6 +31,13 @@ g + 8 * warp_m + 8 * WM * a (the accumulator's rows) and K columns kWidth * (lan
 kk) the elements a0..a7 (a0..a3 for tf32) of `mma.sync`'s A fragment, B per (n-block b, kk) b0..b3 (b0, b1) —
 see codegen/mma.py for the fragments.
 
+wgmma operand in registers (#mt.dot_op, opIdx 0, parent version 3, kWidth 2): wgmma.mma_async may take A from
+registers, four 32-bit words a thread per m-block and K step, in exactly mma.sync m16n8k16's A fragment (warp w of
+a warpgroup holds the warpgroup's hardware rows 16 w .. 16 w + 15). With A's rows permuted as above (warp = 4 *
+warpgroup + w), the thread map is the one of an mma.sync A operand on warps [W, 1], and it equals the
+accumulator's with K = N: an accumulator rounded to 16 bits is the next wgmma's A by register renaming (the
+FlashAttention-3 arrangement: a recurrent state or softmax P never goes through shared memory).
+
 `kPairs = 1` (tf32 only) permutes K inside each 8-column block for both operands of a dot: fragment K column
 t + 4 * c holds tile column 2 * t + c (`tf32_a_column`), so a lane holds the adjacent pair 2t, 2t + 1. A dot
 sums over K, so the permutation changes nothing as long as A and B share it. What it buys: the A operand
@@ -117,7 +124,11 @@ def check_dot_operand(enc: LayoutAttr) -> None:
     if enc.get("opIdx") not in (0, 1) or not isinstance(parent, LayoutAttr) or parent.kind != "mma":
         raise ValueError(f"malformed dot_op layout {enc}")
     check_mma(parent)
-    if parent.get("version") != 2 or enc.get("kWidth") not in (1, 2):
+    if parent.get("version") == 3:
+        if enc.get("opIdx") != 0 or enc.get("kWidth") != 2 or enc.get("kPairs"):
+            raise ValueError(f"a version 3 (wgmma) dot_op layout is a 16-bit A operand in registers (opIdx 0, "
+                             f"kWidth 2), got {enc}")
+    elif parent.get("version") != 2 or enc.get("kWidth") not in (1, 2):
         raise ValueError(f"dot_op layouts are mma.sync register operands (version 2 parent, kWidth 2 for 16-bit "
                          f"elements, 1 for tf32), got {enc}")
     if enc.get("kPairs") not in (None, 1) or (enc.get("kPairs") and enc.get("kWidth") != 1):
