@@ -680,9 +680,9 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     (LINES_K / LINES_V / LINES_T lines per K / BV / BT row of bf16), so its loads hit L1 instead of waiting out an
     L2 or DRAM round trip each chunk: the serial chain's loads are otherwise issued with nothing in flight behind.
 
-    FUSED_WQ (RECURRENCE_FUSED_WQ; output mode, state not transposed or carried): `w S` and `qg S` are one
-    [w; qg] S dot ([2 BT, K] x [K, BV]), so the state is staged as a B operand once a chunk instead of twice, and
-    o = Aqk v_new + (its lower half).
+    FUSED_WQ (RECURRENCE_FUSED_WQ; output mode, state not carried): `w S` and `qg S` are one [w; qg] S dot
+    ([2 BT, K] x [K, BV]), so the state is staged as a B operand once a chunk instead of twice, and o = Aqk v_new +
+    (its lower half). Transposed: S^T [w; qg]^T ([BV, K] x [K, 2 BT]), its column halves.
 
     BIG_DOTS (RECURRENCE_WGMMA: "auto", else "mma"): the instruction of the two [2 BT, K] x [K, BV] dots, [w; qg] S
     and the bf16x2 state update; "auto" lets dot-lowering put them on wgmma (their two staged tiles fill the 48 KB
@@ -772,7 +772,15 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         chunk = chunk0 + (t0 - start) // BT
         decay = mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk)
         state_lo = state.to(mt.bfloat16)
-        if FUSED_WQ:
+        if FUSED_WQ and TRANSPOSED:  # S^T [w; qg]^T: [BV, 2 BT], v_new^T from its left half, o^T from its right
+            qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
+            aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None], other=0.0)
+            sq = mt.dot(state_lo, mt.trans(mt.cat((w, qg), 0)), instruction=BIG_DOTS)
+            v_t = u_t - sq[:, 0:BT]
+            v_t_lo = v_t.to(mt.bfloat16)
+            o_t = mt.dot(v_t_lo, mt.trans(aqk), sq[:, BT:2 * BT], instruction=BIG_DOTS)
+            mt.store(o_ptr + base * V + (rt_h[None, :] * V + cols[:, None]), o_t, mask=valid[None, :])
+        elif FUSED_WQ:
             qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
             aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None], other=0.0)
             wq_s = mt.dot(mt.cat((w, qg), 0), state_lo, instruction=BIG_DOTS)
@@ -1165,8 +1173,7 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         H, *h0_strides, *ht_strides), K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
         STORE_HT=ht is not None, STATE_PRECISION=precision, CARRIED=RECURRENCE_CARRIED,
         PREFETCH=RECURRENCE_PREFETCH, LINES_K=_lines(K), LINES_V=_lines(bv), LINES_T=_lines(CHUNK),
-        TRANSPOSED=RECURRENCE_TRANSPOSED, FUSED_WQ=RECURRENCE_FUSED_WQ and not (
-            transition or RECURRENCE_TRANSPOSED or RECURRENCE_CARRIED),
+        TRANSPOSED=RECURRENCE_TRANSPOSED, FUSED_WQ=RECURRENCE_FUSED_WQ and not (transition or RECURRENCE_CARRIED),
         ACC_STORES=ACC_STORES, WARPS=warps, BIG_DOTS="auto" if RECURRENCE_WGMMA else "mma", num_warps=warps)
 
 

@@ -322,7 +322,8 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
                                      "sliced_state_tf32", "sliced_structured_solve", "sliced_no_prefetch",
                                      "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps",
-                                     "sliced_k128_recurrence_transposed_wgmma"])
+                                     "sliced_k128_recurrence_transposed_wgmma",
+                                     "sliced_k128_recurrence_transposed_wgmma_unfused"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -360,8 +361,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     if variant.startswith("sliced_k128_recurrence"):  # K3's head size: the recurrence's big dots on wgmma
         if variant.endswith("8_warps"):  # two warpgroups: the [2 BT, K] dots on wgmma, the [BT, ...] ones not
             monkeypatch.setattr(flash_kda, "RECURRENCE_WARPS", 8)
-        if variant.endswith("transposed_wgmma"):  # S^T and v_new^T the wgmmas' A operands from registers
+        if "transposed_wgmma" in variant:  # S^T and v_new^T the wgmmas' A operands from registers
             monkeypatch.setattr(flash_kda, "RECURRENCE_TRANSPOSED", True)
+            monkeypatch.setattr(flash_kda, "RECURRENCE_FUSED_WQ", not variant.endswith("unfused"))
         variant, head = "sliced", 128
         monkeypatch.setattr(flash_kda, "RECURRENCE_WGMMA", True)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)

@@ -119,3 +119,30 @@ def test_a_loaded_tile_minus_an_accumulator_is_the_next_a_in_registers() -> None
     gen = torch.Generator().manual_seed(5)
     args = [torch.randn(64, 64, generator=gen).bfloat16() for _ in range(4)] + [torch.full((64, 64), float("nan"))]
     assert rel_err(run_simulated(make, (1,), args, ptx)[4], run_interpreted(make, (1,), args)[4]) <= 1e-5
+
+
+def _cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("case", ["two_dots_8_warps", "recurrent_state"])
+def test_gpu_register_a(case: str) -> None:
+    """The register form on the GPU (both cases above), against the interpreter."""
+    from ptx_helpers import launch_on_gpu
+
+    gen = torch.Generator().manual_seed(3)
+    if case == "recurrent_state":
+        make = dsl(recurrent_state_kernel, {"s0_ptr": P(f32), "x_ptr": P(bf16), "o_ptr": P(f32)},
+                   {"M": 64, "N": 64, "STEPS": 3}, divisibility={p: 16 for p in ("s0_ptr", "x_ptr", "o_ptr")})
+        args = [torch.randn(64, 64, generator=gen), (torch.randn(3, 64, 64, generator=gen) / 8).bfloat16(),
+                torch.full((64, 64), float("nan"))]
+    else:
+        make = two_dots(128, 64, 64, 128, 8)
+        args = [torch.randn(128, 64, generator=gen).bfloat16(), torch.randn(64, 64, generator=gen).bfloat16(),
+                torch.randn(64, 128, generator=gen).bfloat16(), torch.full((128, 128), float("nan"))]
+    ptx, name, threads = lower(make)
+    got = launch_on_gpu(ptx, name, (1,), args, threads)
+    want = run_interpreted(make, (1,), args)
+    assert rel_err(got[-1], want[-1]) <= 1e-3
