@@ -108,6 +108,9 @@ RECURRENCE_FUSED_WQ = True
 # since dot-lowering counts their staging exactly (2026-12-07). Off: measured +81% (H100, 2026-12-07: the recurrence
 # 574.5 against 316.6 us at T8192 H12; each dot stages its operands through shared memory on the serial chain).
 RECURRENCE_WGMMA = False
+# The bf16x2 state update as two dots on one kg^T operand (kda_recurrence_kernel SPLIT_UPDATE) instead of one dot on
+# [kg^T kg^T]: 16 KB less staged through shared memory a chunk and half the kg^T fragment loads (not yet timed).
+RECURRENCE_SPLIT_UPDATE = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
 # serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy: ~2^-21 a product). Measured (H100,
@@ -660,7 +663,8 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                           PREFETCH: mt.constexpr = False, LINES_K: mt.constexpr = 1, LINES_V: mt.constexpr = 1,
                           LINES_T: mt.constexpr = 1, TRANSPOSED: mt.constexpr = False,
                           FUSED_WQ: mt.constexpr = False, ACC_STORES: mt.constexpr = False,
-                          WARPS: mt.constexpr = 4, BIG_DOTS: mt.constexpr = "mma"):
+                          WARPS: mt.constexpr = 4, BIG_DOTS: mt.constexpr = "mma",
+                          SPLIT_UPDATE: mt.constexpr = False):
     """One (column block, segment, head): the serial chunk recurrence over the segment's tokens.
 
     CARRIED (RECURRENCE_CARRIED): the dot operands w, qg, Aqk are read through carried pointer tiles advanced a chunk
@@ -689,6 +693,10 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     of static shared memory exactly). With TRANSPOSED, every 16-bit dot: S^T and v_new^T are then the wgmmas' A
     operands straight from their accumulator registers, and only the token tiles (w^T, qg^T, Aqk^T, kg) are
     staged; the bf16x2 update is two dots on kg (hi, then lo).
+
+    SPLIT_UPDATE (RECURRENCE_SPLIT_UPDATE; bf16x2, state not transposed): the update as two dots kg^T v_lo and
+    kg^T v_rest sharing one converted kg^T (staged and ldmatrix-read once a chunk) instead of one K = 2 BT dot on
+    the concatenation [kg^T kg^T] (32 KB staged).
 
     ACC_STORES (ACC_STORES; state not transposed): o is stored from its accumulator's layout on WARPS (the
     program's warps) rather than converted to the coalesced one through shared memory: 2 bar.sync a chunk fewer.
@@ -828,8 +836,12 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
             state = state * decay[:, None] + mt.dot(kg_t.to(mt.float32), v_new, input_precision="tf32")
         elif STATE_PRECISION == "bf16x2":  # v_new = hi + lo in bf16 (16 bits; kg is bf16 already): one dot, K = 2 BT
             v_rest = (v_new - v_lo.to(mt.float32)).to(mt.bfloat16)
-            state = mt.dot(mt.cat((kg_t, kg_t), 1), mt.cat((v_lo, v_rest), 0), state * decay[:, None],
-                           instruction=BIG_DOTS)
+            if SPLIT_UPDATE:  # two dots on one kg^T operand: staged and read once, not as [kg^T kg^T]
+                state = mt.dot(kg_t, v_rest, mt.dot(kg_t, v_lo, state * decay[:, None], instruction=BIG_DOTS),
+                               instruction=BIG_DOTS)
+            else:
+                state = mt.dot(mt.cat((kg_t, kg_t), 1), mt.cat((v_lo, v_rest), 0), state * decay[:, None],
+                               instruction=BIG_DOTS)
         else:
             state = state * decay[:, None] + mt.dot(kg_t, v_lo)
     if TRANSPOSED:
@@ -1174,7 +1186,8 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         STORE_HT=ht is not None, STATE_PRECISION=precision, CARRIED=RECURRENCE_CARRIED,
         PREFETCH=RECURRENCE_PREFETCH, LINES_K=_lines(K), LINES_V=_lines(bv), LINES_T=_lines(CHUNK),
         TRANSPOSED=RECURRENCE_TRANSPOSED, FUSED_WQ=RECURRENCE_FUSED_WQ and not (transition or RECURRENCE_CARRIED),
-        ACC_STORES=ACC_STORES, WARPS=warps, BIG_DOTS="auto" if RECURRENCE_WGMMA else "mma", num_warps=warps)
+        ACC_STORES=ACC_STORES, WARPS=warps, BIG_DOTS="auto" if RECURRENCE_WGMMA else "mma",
+        SPLIT_UPDATE=RECURRENCE_SPLIT_UPDATE, num_warps=warps)
 
 
 def _lines(elements: int, itemsize: int = 2) -> int:

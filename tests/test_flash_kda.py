@@ -198,12 +198,14 @@ def test_context_parallel_segments(interpret, state_v_first):
     assert kda_ref.relative_error(o, o_cp) <= 1e-3
 
 
-@pytest.mark.parametrize("knob, value", [("RECURRENCE_TRANSPOSED", True), ("RECURRENCE_FUSED_WQ", False)])
+@pytest.mark.parametrize("knob, value", [("RECURRENCE_TRANSPOSED", True), ("RECURRENCE_FUSED_WQ", False),
+                                         ("RECURRENCE_SPLIT_UPDATE", True)])
 @pytest.mark.parametrize("state_v_first", [False, True])
 def test_recurrence_forms(interpret, monkeypatch, knob, value, state_v_first):
     """The other forms of the recurrence's products: RECURRENCE_TRANSPOSED (opt-in: the state held as S^T, the A
     operand of its products in place; context-parallel transitions transpose the augmented [M | E] state too) and
-    RECURRENCE_FUSED_WQ off (w S and qg S as two dots; the default fuses them). Against the float64 reference,
+    RECURRENCE_FUSED_WQ off (w S and qg S as two dots; the default fuses them), RECURRENCE_SPLIT_UPDATE (the
+    bf16x2 update as two dots on one kg^T). Against the float64 reference,
     and the same answer as the default recurrence, varlen with initial states and context parallelism."""
     cu = torch.tensor([0, 150, 170, 300])
     x = make_inputs(1, 300, 2, 16, 32, seed=12, n_states=3, state_v_first=state_v_first)
@@ -321,6 +323,7 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
 
 @pytest.mark.parametrize("variant", [*flash_kda.INTRA_VARIANTS, "sliced_coalesced_gate", "sliced_acc_stores",
                                      "sliced_state_tf32", "sliced_structured_solve", "sliced_no_prefetch",
+                                     "sliced_split_update",
                                      "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps",
                                      "sliced_k128_recurrence_transposed_wgmma",
                                      "sliced_k128_recurrence_transposed_wgmma_unfused"])
@@ -353,6 +356,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     if variant == "sliced_structured_solve":  # the UT inverse as block-structured dots (the default: dense)
         variant = "sliced"
         monkeypatch.setattr(flash_kda, "STRUCTURED_SOLVE", True)
+    if variant == "sliced_split_update":  # the bf16x2 update as two dots sharing kg^T
+        variant = "sliced"
+        monkeypatch.setattr(flash_kda, "RECURRENCE_SPLIT_UPDATE", True)
     if variant == "sliced_no_prefetch":  # without the L1 prefetch of its rows, the score dots in one chain each
         variant = "sliced"
         monkeypatch.setattr(flash_kda, "INTRA_PREFETCH", False)
