@@ -296,12 +296,12 @@ def a_in_accumulator_layout(op: Operation, through_loops: bool = False) -> bool:
     return _from_accumulator(v, tuple(v.type.shape), through_loops, set(), 32)  # type: ignore[union-attr]
 
 
-def _from_accumulator(v: Value, shape: tuple[int, ...], through_loops: bool, seen: set[Value], depth: int) -> bool:
+def _from_accumulator(v: Value, shape: tuple[int, ...], through_loops: bool, seen: set[int], depth: int) -> bool:
     """`a_in_accumulator_layout`'s walk up from `v`: the first same-shape operand of each elementwise producer, or
     (`through_loops`) any of them and through loop-carried values (a state `u - x @ S` or `S * d + ...`)."""
-    if depth == 0 or v in seen:
+    if depth == 0 or id(v) in seen:
         return False
-    seen.add(v)
+    seen.add(id(v))
     producer = getattr(v, "defining_op", None)
     if producer is None:
         yielded = _yielded_for(v) if through_loops else None
