@@ -72,9 +72,10 @@ def compile_launch(kernel, args, constexprs) -> tuple:  # type: ignore[no-untype
             types[name] = ScalarType("f32" if isinstance(a, float) else "i32")
     options = dict(constexprs)
     warps = options.pop("num_warps", 4)
+    stages = options.pop("num_stages", 3)
     with counted_barriers() as sites:
         compiled = compile_kernel(kernel.fn, types, options, divisibility=divisible, num_warps=warps,
-                                  min_blocks_per_sm=kernel.min_blocks_per_sm)
+                                  num_stages=stages, min_blocks_per_sm=kernel.min_blocks_per_sm)
     loops: collections.Counter = collections.Counter()
     for (_, _, loop), n in sites.items():
         loops[loop] += n
