@@ -8,6 +8,8 @@
 #   tests      pytest -m gpu on the files that changed since the last GPU run (GPU_TESTS overrides)
 #   kda        tools/kda_decode_ab.py     KDA replay decode variants vs fla T=1 pool (issue 6)
 #   kdabench   benchmarks/bench_kda_decode.py  the issue's full KDA table (k = 0, 1, 3, 7; KDA_BENCH_ARGS)
+#   flashbench benchmarks/bench_flash_kda.py   the issue's five-shape FlashKDA table (FLASH_BENCH_ARGS; carry a
+#              .mtcache from `python tools/prebuild_cache.py 1x32768x96 1x32768x16 8x4096x32 1x8192x12 1x131072x4`)
 #   warp       tools/warp_decode_ab.py    WarpDecode variants vs triton_kernels (issue 7)
 #   gemm       tools/gemm_ab.py           GEMM variants (cp.async ring, TMA ring, warp specialized) vs cuBLAS (issue 4)
 #   flash      tools/flash_kda_variants.py  FlashKDA phase-1 variants per kernel vs fla (issue 5)
@@ -38,7 +40,7 @@ if [ -d .mtcache ]; then  # kernels compiled on the CPU machine (tools/prebuild_
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 
-declare -A LIMIT=([tests]=480 [kda]=240 [kdabench]=240 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300 [lines]=400)
+declare -A LIMIT=([tests]=480 [kda]=240 [kdabench]=240 [flashbench]=420 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300 [lines]=400)
 for name in "${!LIMIT[@]}"; do  # LIMIT_<step>=seconds overrides a time box (to fit steps into one device call)
     override="LIMIT_$name"
     [ -n "${!override:-}" ] && LIMIT[$name]=${!override}
@@ -82,6 +84,7 @@ for s in $steps; do
         tests) step tests bash -c gpu_tests ;;
         kda) tool kda tools/kda_decode_ab.py ${KDA_ARGS:-} ;;
         kdabench) tool kdabench benchmarks/bench_kda_decode.py --no-save ${KDA_BENCH_ARGS:-} ;;
+        flashbench) tool flashbench benchmarks/bench_flash_kda.py --no-save ${FLASH_BENCH_ARGS:-} ;;
         warp) tool warp tools/warp_decode_ab.py ${WARP_ARGS:-} ;;
         gemm) tool gemm tools/gemm_ab.py ${GEMM_ARGS:-} ;;
         flash) tool flash tools/flash_kda_variants.py ${FLASH_ARGS:-1x32768x16 1x8192x12} ;;
