@@ -146,3 +146,19 @@ def test_gpu_register_a(case: str) -> None:
     got = launch_on_gpu(ptx, name, (1,), args, threads)
     want = run_interpreted(make, (1,), args)
     assert rel_err(got[-1], want[-1]) <= 1e-3
+
+
+def test_a_register_operand_from_another_layout_goes_through_ldmatrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the register A is in some other layout than the accumulator's (here a coalesced load, by forcing the
+    choice), its conversion into the version 3 `#mt.dot_op` stages it and loads the fragments with ldmatrix, as
+    for mma.sync: same answer."""
+    from minitriton.passes import dot_lowering
+
+    monkeypatch.setattr(dot_lowering, "a_in_accumulator_layout", lambda op, through_loops=False: through_loops)
+    make = dsl(two_dots_kernel, {"a_ptr": P(bf16), "b_ptr": P(bf16), "c_ptr": P(bf16), "o_ptr": P(f32)},
+               {"M": 64, "K": 64, "N1": 64, "N2": 64}, divisibility={p: 16 for p in ("a_ptr", "b_ptr", "c_ptr", "o_ptr")})
+    ptx, _, _ = lower(make)
+    assert len(REGISTER_FORM.findall(ptx)) == 8 and "ldmatrix" in ptx  # both dots take A from registers
+    gen = torch.Generator().manual_seed(21)
+    args = [torch.randn(64, 64, generator=gen).bfloat16() for _ in range(3)] + [torch.full((64, 64), float("nan"))]
+    assert rel_err(run_simulated(make, (1,), args, ptx)[3], run_interpreted(make, (1,), args)[3]) <= 1e-5
