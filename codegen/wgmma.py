@@ -65,8 +65,7 @@ from minitriton.ir.types import LayoutAttr
 
 from .context import KernelContext
 from .layout_moves import possible_bits
-from .layout_moves import pack
-from .mma import a_registers, register_index, staging_dim, store_shared_b16, store_width
+from .mma import _words_16, a_registers, register_index, staging_dim, store_shared_b16, store_width
 
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}
 WARPGROUP_WARPS = 4
@@ -228,7 +227,7 @@ def _a_register_words(ctx: KernelContext, a_v: Value, num_warps: int, m: int, k:
     if enc is None or enc.kind != "dot_op":
         return None
     a_map, regs = ctx.tmap(a_v), ctx.get(a_v)
-    return {(rep, kk): [pack(ctx, regs[i], regs[j]) for i, j in zip(*[iter(a_registers(a_map, num_warps, rep, kk))] * 2)]
+    return {(rep, kk): _words_16(ctx, [regs[i] for i in a_registers(a_map, num_warps, rep, kk)])[0]
             for rep in range(m // (16 * num_warps)) for kk in range(k // 16)}
 
 

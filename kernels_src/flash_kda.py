@@ -782,17 +782,16 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
         chunk = chunk0 + (t0 - start) // BT
         decay = mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk)
         state_lo = state.to(mt.bfloat16)
-        if FUSED_WQ and TRANSPOSED:  # S^T [w; qg]^T: [BV, 2 BT], v_new^T from its left half, o^T from its right
+        if FUSED_WQ:
             qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
             aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None], other=0.0)
+        if FUSED_WQ and TRANSPOSED:  # S^T [w; qg]^T: [BV, 2 BT], v_new^T from its left half, o^T from its right
             sq = mt.dot(state_lo, mt.trans(mt.cat((w, qg), 0)), instruction=BIG_DOTS)
             v_t = u_t - sq[:, 0:BT]
             v_t_lo = v_t.to(mt.bfloat16)
             o_t = mt.dot(v_t_lo, mt.trans(aqk), sq[:, BT:2 * BT], instruction=BIG_DOTS)
             mt.store(o_ptr + base * V + (rt_h[None, :] * V + cols[:, None]), o_t, mask=valid[None, :])
         elif FUSED_WQ:
-            qg = mt.load(qg_ptr + base * K + (rt_h[:, None] * K + rk[None, :]), mask=valid[:, None], other=0.0)
-            aqk = mt.load(aqk_ptr + base * BT + (rt_h[:, None] * BT + rt[None, :]), mask=valid[:, None], other=0.0)
             wq_s = mt.dot(mt.cat((w, qg), 0), state_lo, instruction=BIG_DOTS)
             v_new = u - wq_s[0:BT, :]
             v_lo = v_new.to(mt.bfloat16)
