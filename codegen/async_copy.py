@@ -14,7 +14,7 @@
   mt.local_load   ld.shared of the slot in the result's layout (16-byte vectors where the registers allow)
   mt.ring_slot    the slot's address (a view a wgmma dot reads in place)
 
-Rings laid out as wgmma operands (`#mt.shared<{swizzle = S, order = [1, 0], operand = 0 | 1, stages}>`, passes/
+Rings laid out as wgmma operands (`#mt.shared<{swizzle = S, order = [1, 0], operand = 0 | 1 | 2, stages}>`, passes/
 pipeline.py): each 16-byte copy goes to where codegen/wgmma.py's `operand_offset` puts its first element (the
 offset is GF(2)-linear in the coordinates: the thread's part once, in the prologue, XORed with each run's), the
 ring is 1024-byte aligned (the 128B swizzle atom), and mt.async_wait adds `fence.proxy.async.shared::cta` between
@@ -79,7 +79,7 @@ def _alloc_ring_memory(ctx: KernelContext, op: Operation) -> None:
     if enc is not None and operand is None and (enc.kind != "shared" or enc.get("swizzle", 0) != 0 or tuple(
             enc.get("order", (1, 0))) != (1, 0) or len(t.shape) != 3):
         raise ctx.error(f"rings are laid out row-major and unswizzled (#mt.shared<{{swizzle = 0, order = [1, 0]}}>), "
-                        f"or as wgmma operands (operand = 0 | 1), got {t}")
+                        f"or as wgmma operands (operand = 0 | 1 | 2), got {t}")
     if operand is not None:
         ctx.async_proxy_rings = True  # type: ignore[attr-defined]
     if "dynamic_offset" in op.attrs:
@@ -105,7 +105,7 @@ def _dynamic_base(ctx: KernelContext) -> str:
 
 def _wgmma_operand(t: TensorType) -> int | None:
     enc = t.encoding
-    if enc is None or enc.kind != "shared" or enc.get("operand") not in (0, 1):
+    if enc is None or enc.kind != "shared" or enc.get("operand") not in (0, 1, 2):
         return None
     return int(enc.get("operand"))
 
@@ -344,7 +344,7 @@ def _tma_ring_copy(ctx: KernelContext, op: Operation) -> None:
     boxes = wgmma_ring_boxes(operand, shape, reader_warps, ring_t.scalar.bytes,  # type: ignore[arg-type,union-attr]
                              rank=len(box_shape))
     if any(tuple(b) != box_shape for _, b, _ in boxes):
-        what = "A" if operand == 0 else "B"
+        what = ("A", "B", "B^T")[operand]
         raise ctx.error(f"the descriptor's box {list(box_shape)} is not the box this ring is filled with: the slots "
                         f"hold wgmma operand {what} for {reader_warps} warps, filled in {list(boxes[0][1])} boxes "
                         f"(examples/matmul.py tma_ring_descriptors builds such descriptors)")

@@ -209,7 +209,8 @@ A_PAIR_ROWS = 64  # the row distance of two 8-row groups of A that land in adjac
 
 def wgmma_ring_boxes(operand: int, shape: tuple[int, int], num_warps: int, elem: int = 2, rank: int = 2
                      ) -> list[tuple[tuple[int, int], tuple[int, ...], int]]:
-    """The TMA boxes that fill a ring slot laid out as wgmma operand `operand` (0 = A, M x K; 1 = B, K x N; 16-bit
+    """The TMA boxes that fill a ring slot laid out as wgmma operand `operand` (0 = A, M x K; 1 = B, K x N; 2 = B^T,
+    N x K, read K-major; 16-bit
     elements, 128B swizzle, the contiguous extent a multiple of 64 elements): per box ((row, col) of its first
     element in the tile, box shape, byte offset in the slot). Every offset is a multiple of 1024, so TMA's swizzle
     (16-byte chunk j of box row r at j ^ (r % 8)) is the one `operand_offset` applies.
@@ -226,6 +227,12 @@ def wgmma_ring_boxes(operand: int, shape: tuple[int, int], num_warps: int, elem:
     if elem != 2 or cols % per_row or (operand == 0 and rows % RING_BOX_ROWS):
         raise ValueError(f"no TMA ring boxes for operand {operand} of shape {shape} ({elem}-byte elements)")
     boxes = []
+    if operand == 2:  # B^T [N, K]: per tile of min(N, 256) rows, one [rows, 64] box per 128-byte K chunk
+        n_rows = min(rows, 256)
+        for row in range(0, rows, n_rows):
+            for col in range(0, cols, per_row):
+                boxes.append(((row, col), (n_rows, per_row), tile_offset(row // n_rows, 0, col, n_rows, cols, 128)))
+        return boxes
     if operand == 0:
         for row in range(0, rows, RING_BOX_ROWS):
             tile, hw_row = a_tile_row(row, num_warps)

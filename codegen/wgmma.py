@@ -40,6 +40,8 @@ Ring slots (passes/pipeline.py, `mt.ring_slot`): a slot whose `#mt.shared` encod
 out as the wgmma operand by the cp.async copies themselves (codegen/async_copy.py, `operand_offset`), so the dot
 reads it in place: no staging, no barrier of its own (the ring's mt.async_wait published it, with the proxy fence).
   A (operand 0, M x K, K contiguous): exactly the staged A layout above (K-major, rows permuted).
+  B^T (operand 2, the slot holds B transposed: N x K, K contiguous; the dot's B is `mt.trans` of it): exactly the
+  staged K-major B layout above (tiles of min(N, 256) rows), read with imm-trans-b = 0.
   B (operand 1, K x N, N contiguous): MN-major, S-byte swizzle: N / (S / 2) column atoms of K rows x S bytes, LBO
   = K * S bytes apart (the next S / 2 columns), k-rows S bytes apart, 8-row groups SBO = 8 * S apart (CuTe's
   canonical ((T, S/16, m), (8, k)) : ((1, T, LBO), (S/16 T, SBO)) in 16-byte units); byte offset of (k, n):
@@ -87,6 +89,12 @@ def make_descriptor_mn(addr: int, swizzle: int, k_extent: int) -> int:
 def operand_offset(operand: int, shape: tuple[int, ...], swizzle: int, num_warps: int) -> Offset:
     """Byte offset of element (row, col) in a ring slot laid out as wgmma operand `operand` (module docstring)."""
     rows, cols = shape[0], shape[1]
+    if operand == 2:  # B^T [N, K]: the staged K-major B layout (tiles of min(N, 256) rows)
+        n_rows = min(rows, 256)
+
+        def bt_offset(n: int, k: int) -> int:
+            return tile_offset(n // n_rows, n % n_rows, k, n_rows, cols, swizzle)
+        return bt_offset
     if operand == 0:
         def a_offset(row: int, k: int) -> int:
             tile, hw_row = a_tile_row(row, num_warps)
@@ -239,7 +247,8 @@ def _slot_of(v: Value, operand: int) -> Value | None:
     """v when it is a ring slot laid out as wgmma operand `operand` (read in place), else None (staged)."""
     op = v.defining_op
     enc = v.type.encoding  # type: ignore[union-attr]
-    if op is not None and op.name == "mt.ring_slot" and enc is not None and enc.get("operand") == operand:
+    if op is not None and op.name == "mt.ring_slot" and enc is not None and (
+            enc.get("operand") == operand or (operand == 1 and enc.get("operand") == 2)):
         return v
     return None
 
@@ -340,6 +349,10 @@ def _b_descriptor(ctx: KernelContext, b_v: Value, slot: Value | None, staged: St
     if slot is None and not staged.b_mn_swizzle:
         swizzle = staged.swizzle
         base = _descriptor_base(ctx, make_descriptor(0, swizzle), 0, 0, staged.b_base)
+        return base, lambda nb, kk: descriptor_offset(nb, kk, n_instr, k, swizzle), 0
+    if slot is not None and slot.type.encoding.get("operand") == 2:  # type: ignore[union-attr]  # B^T: K-major
+        swizzle = slot.type.encoding.get("swizzle")  # type: ignore[union-attr]
+        base = _slot_descriptor(ctx, ctx.get(slot)[0], make_descriptor(0, swizzle))
         return base, lambda nb, kk: descriptor_offset(nb, kk, n_instr, k, swizzle), 0
     if slot is None:  # staged MN-major: the layout of an MN-major ring slot, at b_base
         swizzle = staged.b_mn_swizzle

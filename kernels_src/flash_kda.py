@@ -113,6 +113,14 @@ RECURRENCE_WGMMA = False
 # 2026-12-07 11:2x UTC, same run): the recurrence 318.2 -> 281.6 us at B1 T8192 H12, 1520.6 -> 1326.3 us at B1
 # T32768 H16 (-11.5% / -12.8%), errors unchanged. On.
 RECURRENCE_SPLIT_UPDATE = True
+# Phase 2 as a warp-specialized kernel (kda_recurrence_ws_kernel): a TMA producer warpgroup streams each chunk's w,
+# kg, qg and Aqk tiles into shared-memory rings while the consumer warpgroups hold the state transposed as wgmma
+# register A and read every token tile in place (no staging through registers). Not yet timed: off.
+RECURRENCE_WS = False
+WS_STATE_BLOCK = 128  # state columns a warp-specialized program holds (16 rows of S^T a consumer warp: BV // 16 warps)
+WS_STAGES = 2  # chunks in flight in the rings (56 KB a stage at K = V = 128)
+WS_CONSUMER_REGISTERS = 232  # setmaxnreg of the consumer warpgroups (the producer warpgroup keeps 40)
+WS_PRODUCER_REGISTERS = 40
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
 # serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy: ~2^-21 a product). Measured (H100,
@@ -860,6 +868,108 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
                      state)
 
 
+@mt.kernel
+def kda_recurrence_ws_kernel(w_tma, kg_tma, qg_tma, aqk_tma, u_ptr, decay_ptr, o_ptr, h0_ptr, ht_ptr, seg_ptr,
+                             H, h0_sn, h0_sh, h0_sk, h0_sv, ht_sn, ht_sh, ht_sk, ht_sv,
+                             K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, BV: mt.constexpr,
+                             TRANSITION: mt.constexpr, HAS_H0: mt.constexpr, STORE_HT: mt.constexpr,
+                             STAGES: mt.constexpr = 2, CONSUMER_REGISTERS: mt.constexpr = 232,
+                             PRODUCER_REGISTERS: mt.constexpr = 40):
+    """kda_recurrence_kernel's transposed bf16x2 recurrence, warp-specialized (RECURRENCE_WS): one (column block,
+    segment, head) a program, its state held as S^T [BV, K] f32 wgmma accumulators on the kernel's BV / 16 consumer
+    warps, and a producer warpgroup that TMA-loads each chunk's token tiles into rings STAGES chunks ahead.
+
+    Per chunk, every product is a wgmma whose A is in registers (S^T, v_new^T rounded to bf16) and whose B is read
+    in place from a ring slot:
+        v_new^T = u^T - S^T w^T               B = w^T: the [BT, K] slot of w read K-major (B^T slot)
+        o^T     = S^T qg^T + v_lo^T Aqk^T      (output mode) qg^T, Aqk^T likewise
+        S^T     = S^T diag(decay) + v_lo^T kg + v_rest^T kg     kg: the [BT, K] slot as is (MN-major B)
+    v_new^T = v_lo + v_rest in bf16 (STATE_PRECISION "bf16x2"). Tokens past the segment's end are zeroed in
+    v_new^T (the TMA boxes read whatever rows follow: the next sequence's, or zeros past the tensor), so they add
+    nothing to the state. u^T and decay are read by the consumers from global memory. The descriptors view the
+    [tokens, H, C] intermediates as [tokens, H * C] in [BT, 64] boxes (`_ws_descriptors`).
+
+    Modes, segment rows, transition columns and state strides as kda_recurrence_kernel's (TRANSPOSED)."""
+    NVB = (K + V) // BV if TRANSITION else V // BV
+    pid = mt.program_id(0)  # column blocks fastest, as kda_recurrence_kernel
+    vb = pid % NVB
+    ph = pid // NVB
+    p = ph // H
+    h = ph % H
+    start = mt.load(seg_ptr + 4 * p)
+    end = mt.load(seg_ptr + 4 * p + 1)
+    chunk0 = mt.load(seg_ptr + 4 * p + 2)
+    slot = mt.load(seg_ptr + 4 * p + 3)
+    w_ring = mt.ring((BT, K), mt.bfloat16, STAGES)
+    kg_ring = mt.ring((BT, K), mt.bfloat16, STAGES)
+    if not TRANSITION:  # the output pass's tiles
+        qg_ring = mt.ring((BT, K), mt.bfloat16, STAGES)
+        aqk_ring = mt.ring((BT, BT), mt.bfloat16, STAGES)
+    decay_ring = mt.ring((1, K), mt.float32, STAGES)  # filled from the producer's registers
+    with mt.warp_specialize():
+        with mt.partition(registers=CONSUMER_REGISTERS):  # the consumers: the state and every product
+            rk = mt.arange(0, K)
+            rt = mt.arange(0, BT)
+            cols = vb * BV + mt.arange(0, BV)
+            if TRANSITION:
+                state = (cols[:, None] == rk[None, :]).to(mt.float32)
+                u_cols = mt.where(cols >= K, cols - K, 0)
+                u_on = cols >= K
+            else:
+                u_cols = cols
+                u_on = cols < V
+                if HAS_H0:
+                    state = mt.load(h0_ptr + p.to(mt.int64) * h0_sn + h * h0_sh + cols[:, None] * h0_sv
+                                    + rk[None, :] * h0_sk)
+                else:
+                    state = mt.zeros((BV, K), mt.float32)
+            fill = 0
+            for t0 in range(start, end, BT):
+                valid = t0 + rt < end
+                base = t0.to(mt.int64) * H + h
+                rt_h = rt * H
+                # u^T straight into the accumulator's thread map (no exchange through shared memory)
+                u_t = mt.load(u_ptr + base * V + (rt_h[None, :] * V + u_cols[:, None]),
+                              mask=valid[None, :] & u_on[:, None], other=0.0,
+                              layout=_accumulator_layout(BV // 16, 1)).to(mt.float32)
+                state_lo = state.to(mt.bfloat16)
+                # v_new^T = -(S^T w^T - u^T): u^T is the dot's accumulator (no registers of its own past it)
+                v_t = mt.where(valid[None, :], -mt.dot(state_lo, mt.trans(w_ring.get(fill)), -u_t), 0.0)
+                v_lo = v_t.to(mt.bfloat16)
+                v_rest = (v_t - v_lo.to(mt.float32)).to(mt.bfloat16)
+                if not TRANSITION:
+                    o_t = mt.dot(v_lo, mt.trans(aqk_ring.get(fill)), mt.dot(state_lo, mt.trans(qg_ring.get(fill))))
+                    mt.store(o_ptr + base * V + (rt_h[None, :] * V + cols[:, None]), o_t, mask=valid[None, :],
+                             layout=_accumulator_layout(BV // 16, 1))
+                    qg_ring.release(fill)
+                    aqk_ring.release(fill)
+                kg = kg_ring.get(fill)
+                decay = decay_ring.get(fill)  # [1, K]: read from shared memory where it is used
+                state = mt.dot(v_rest, kg, mt.dot(v_lo, kg, state * decay))
+                w_ring.release(fill)
+                kg_ring.release(fill)
+                decay_ring.release(fill)
+                fill += 1
+            at_kv = cols[:, None] * ht_sv + rk[None, :] * ht_sk  # the block's offsets in ht, as the state is held
+            if TRANSITION:
+                mt.store(ht_ptr + p.to(mt.int64) * ht_sn + h * ht_sh + at_kv, state)
+            elif STORE_HT:
+                if slot >= 0:
+                    mt.store(ht_ptr + slot.to(mt.int64) * ht_sn + h * ht_sh + at_kv, state)
+        with mt.partition(warps=4, registers=PRODUCER_REGISTERS):  # the producer: a chunk's tiles by TMA
+            rk_p = mt.arange(0, K)
+            fill = 0
+            for t0 in range(start, end, BT):
+                chunk = chunk0 + (t0 - start) // BT
+                decay_ring.put(fill, mt.load(decay_ptr + (chunk.to(mt.int64) * H + h) * K + rk_p)[None, :])
+                w_ring.put(fill, w_tma, [t0, h * K])
+                kg_ring.put(fill, kg_tma, [t0, h * K])
+                if not TRANSITION:
+                    qg_ring.put(fill, qg_tma, [t0, h * K])
+                    aqk_ring.put(fill, aqk_tma, [t0, h * BT])
+                fill += 1
+
+
 @mt.kernel(min_blocks_per_sm=1)
 def kda_merge_kernel(maps_ptr, h0_ptr, s_in_ptr, seq_ptr, H, h0_sn, h0_sh, h0_sk, h0_sv,
                      K: mt.constexpr, V: mt.constexpr, BV: mt.constexpr, HAS_H0: mt.constexpr,
@@ -1178,6 +1288,9 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)
     width = K + V if transition else V
+    if RECURRENCE_WS:
+        _recurrence_ws(f, o, h0, h0_v_first, ht, ht_v_first, segments, H, K, V, transition)
+        return
     programs = width // bv * segments.shape[0] * H
     warps = recurrence_warps(programs, _num_sms(segments.device))
     _launch(kda_recurrence_kernel, (programs,), (
@@ -1189,6 +1302,43 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
         TRANSPOSED=RECURRENCE_TRANSPOSED, FUSED_WQ=RECURRENCE_FUSED_WQ and not (transition or RECURRENCE_CARRIED),
         ACC_STORES=ACC_STORES, WARPS=warps, BIG_DOTS="auto" if RECURRENCE_WGMMA else "mma",
         SPLIT_UPDATE=RECURRENCE_SPLIT_UPDATE, num_warps=warps)
+
+
+WS_BOX_COLUMNS = 64  # TMA boxes of the warp-specialized recurrence: [BT, 64] bf16, one 128-byte swizzle row each
+
+
+def _ws_descriptors(f: dict[str, torch.Tensor], H: int) -> tuple[mt.TensorDescriptor, ...]:
+    """w, kg, qg and Aqk ([tokens, H, C] bf16) viewed as [tokens, H * C] in [CHUNK, 64] boxes: head h's chunk at
+    token t0 is the box row t0, columns h * C onwards."""
+    out = []
+    for name in ("w", "kg", "qg", "aqk"):
+        x = f[name]
+        flat = x.reshape(x.shape[0], H * x.shape[2])
+        out.append(mt.TensorDescriptor.from_tensor(flat, [CHUNK, WS_BOX_COLUMNS]))
+    return tuple(out)
+
+
+def _recurrence_ws(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Tensor | None, h0_v_first: bool,
+                   ht: torch.Tensor | None, ht_v_first: bool, segments: torch.Tensor, H: int, K: int, V: int,
+                   transition: bool) -> None:
+    """_recurrence with kda_recurrence_ws_kernel (RECURRENCE_WS): WS_STATE_BLOCK columns a program."""
+    if STATE_PRECISION != "bf16x2":
+        raise ValueError(f"flash_kda.RECURRENCE_WS runs the bf16x2 state update, got STATE_PRECISION = "
+                         f"{STATE_PRECISION!r}")
+    bv = min(WS_STATE_BLOCK, V, K)
+    if bv % 64 or K % WS_BOX_COLUMNS:
+        raise ValueError(f"flash_kda.RECURRENCE_WS needs K and the state block to be multiples of 64, got K = {K}, "
+                         f"block {bv}")
+    spare = f["decay"]
+    h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
+    ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)
+    programs = (K + V if transition else V) // bv * segments.shape[0] * H
+    _launch(kda_recurrence_ws_kernel, (programs,), (
+        *_ws_descriptors(f, H), f["u"], f["decay"], o if o is not None else f["u"],
+        h0 if h0 is not None else spare, ht if ht is not None else spare, segments,
+        H, *h0_strides, *ht_strides), K=K, V=V, BT=CHUNK, BV=bv, TRANSITION=transition, HAS_H0=h0 is not None,
+        STORE_HT=ht is not None, STAGES=WS_STAGES, CONSUMER_REGISTERS=WS_CONSUMER_REGISTERS,
+        PRODUCER_REGISTERS=WS_PRODUCER_REGISTERS, num_warps=bv // 16)
 
 
 def _lines(elements: int, itemsize: int = 2) -> int:
@@ -1227,6 +1377,6 @@ def _segment_states(f: dict[str, torch.Tensor], tables: Tables, h0: torch.Tensor
 
 
 __all__ = ["chunk_kda", "kda_intra_chunk_kernel", "kda_intra_chunk_sub16_kernel", "kda_intra_chunk_sliced_kernel",
-           "kda_recurrence_kernel", "INTRA_VARIANTS", "intra_variant_for",
+           "kda_recurrence_kernel", "kda_recurrence_ws_kernel", "INTRA_VARIANTS", "intra_variant_for",
            "kda_merge_kernel", "segment_length", "recurrence_warps",
            "plan", "Plan", "launch_tables", "CHUNK"]

@@ -98,9 +98,11 @@ def lower_dots(func: Operation) -> bool:
     for op in func.walk():
         if op.name == "mt.dot":
             _check_not_lowered(func, op)
-            in_rings = operands_in_rings(func, op) or ring_slot_operands(op) is not None
+            slots = ring_slot_operands(op)
+            in_rings = operands_in_rings(func, op) or (slots is not None and None not in slots)
+            b_in_ring = slots is not None and slots[0] is None  # B read in place, A from registers or staged
             prefer = op.attrs.get("instruction", default)  # a dot's own `mt.dot(..., instruction=)` wins
-            choice = choose(op, warps[op], prefer if prefer != "auto" else default, in_rings)
+            choice = choose(op, warps[op], prefer if prefer != "auto" else default, in_rings, b_in_ring)
             if choice is not None:
                 chosen[op] = choice
     if not chosen:
@@ -122,11 +124,12 @@ def lower_dots(func: Operation) -> bool:
         chosen[op] = with_k_pairs(op, choice)
     memo: dict[tuple[Value, LayoutAttr], Value] = {}
     for op, choice in chosen.items():
-        if choice.instruction == "wgmma" and ring_slot_operands(op) is not None:
-            read_rings_in_place(func, op, warps[op])
-            continue
+        slots = ring_slot_operands(op) if choice.instruction == "wgmma" else None
+        if slots is not None:
+            read_rings_in_place(func, op, warps[op], slots)
         for i, enc in ((0, choice.a), (1, choice.b)):
-            op.operands[i] = _operand_in(op.operands[i], enc, memo)
+            if slots is None or slots[i] is None:
+                op.operands[i] = _operand_in(op.operands[i], enc, memo)
     verify_dot_layouts(func)
     return True
 
@@ -152,52 +155,84 @@ def operands_in_rings(func: Operation, op: Operation) -> bool:
     return all(would_ring(func, loop, ld, analysis) for ld in loads)  # type: ignore[arg-type]
 
 
-def ring_slot_operands(op: Operation) -> tuple[Operation, Operation] | None:
-    """The two mt.local_load ops of explicit rings (mt.ring, frontend/partitions.py) that give the dot's a and b,
-    or None: a wgmma reads such slots in place."""
-    loads = [v.defining_op for v in op.operands[:2]]
-    if any(ld is None or ld.name != "mt.local_load" or ld.operands[0].defining_op is None
-           or not ld.operands[0].defining_op.attrs.get("explicit") for ld in loads):
+def ring_slot_operands(op: Operation) -> tuple[Operation | None, Operation | None] | None:
+    """Per operand of the dot, the mt.local_load of an explicit ring (mt.ring, frontend/partitions.py) that gives
+    it, or None; for B also through an mt.trans (a slot holding B^T [N, K], read K-major). None when neither
+    operand is a slot, or A is one and B is not (a wgmma reads such slots in place: both, or B alone with A in
+    registers or staged)."""
+    a = _explicit_ring_load(op.operands[0])
+    b = _explicit_ring_load(op.operands[1])
+    if b is None:
+        trans = op.operands[1].defining_op
+        if trans is not None and trans.name == "mt.trans" and list(trans.attrs.get("order", ())) == [1, 0]:
+            b = _explicit_ring_load(trans.operands[0])
+    if b is None:
         return None
-    return loads[0], loads[1]  # type: ignore[return-value]
+    return a, b
 
 
-def read_rings_in_place(func: Operation, dot: Operation, num_warps: int) -> None:
-    """The wgmma `dot` reads its operands straight from their ring slots: each mt.local_load becomes an mt.ring_slot
-    view, and its ring takes the operand's layout (`#mt.shared<{swizzle, order = [1, 0], operand, stages, warps}>`:
-    A K-major, B MN-major; `warps` the consumer warps the A rows are permuted for, which the producer's TMA boxes
-    follow). A ring read in place is read only that way (its slots are swizzled)."""
-    for i, load in enumerate(ring_slot_operands(dot)):  # type: ignore[arg-type]
+def _explicit_ring_load(v: Value) -> Operation | None:
+    ld = v.defining_op
+    if ld is None or ld.name != "mt.local_load" or ld.operands[0].defining_op is None \
+            or not ld.operands[0].defining_op.attrs.get("explicit"):
+        return None
+    return ld
+
+
+def read_rings_in_place(func: Operation, dot: Operation, num_warps: int,
+                        slots: tuple[Operation | None, Operation | None]) -> None:
+    """The wgmma `dot` reads its ring operands straight from their slots: each mt.local_load becomes an
+    mt.ring_slot view, and its ring takes the operand's layout (`#mt.shared<{swizzle, order = [1, 0], operand,
+    stages, warps}>`: A K-major (operand 0), B MN-major (operand 1), or B^T (operand 2: the slot holds B
+    transposed, [N, K] with K contiguous, which wgmma reads K-major, imm-trans-b 0); `warps` the consumer warps
+    the A rows are permuted for, which the producer's TMA boxes follow). A ring read in place is read only that
+    way (its slots are swizzled)."""
+    for i, load in enumerate(slots):
+        if load is None:
+            continue
         ring = load.operands[0]
         t: TensorType = load.result.type  # type: ignore[assignment]
+        transposed = i == 1 and dot.operands[1] is not load.result  # B = mt.trans(slot)
+        operand = 2 if transposed else i
         contiguous = t.shape[1]
         swizzle = min(128, 2 * contiguous)
-        if swizzle < 32 or (2 * contiguous) % swizzle or (i == 1 and min(contiguous, 256) % (swizzle // 2)):
+        if swizzle < 32 or (2 * contiguous) % swizzle or (operand == 1 and min(contiguous, 256) % (swizzle // 2)):
             raise CompilationError(f"a ring slot of {list(t.shape)} cannot be read in place as wgmma operand "
-                                   f"{'ab'[i]}: its rows must be a whole number of 32, 64 or 128-byte swizzle atoms",
-                                   dot.loc)
+                                   f"{'ab'[i]}{'^T' if transposed else ''}: its rows must be a whole number of "
+                                   "32, 64 or 128-byte swizzle atoms", dot.loc)
         stages = int(ring.defining_op.attrs["stages"])  # type: ignore[union-attr]
-        enc = layout("shared", swizzle=swizzle, order=[1, 0], operand=i, stages=stages, warps=num_warps)
+        enc = layout("shared", swizzle=swizzle, order=[1, 0], operand=operand, stages=stages, warps=num_warps)
         current = ring.type.encoding  # type: ignore[union-attr]
         if current is not None and current.get("operand") is not None and current != enc:
             raise CompilationError("one ring is read in place by wgmma dots that want different layouts", dot.loc)
+        readers = [dot.operands[i]] + ([load.result] if transposed else [])
         for user in func.walk():
             if ring in user.operands and user.name == "mt.local_load" and user is not load \
                     and not any(user.result in d.operands[:2] for d in func.walk() if d.name == "mt.dot"):
                 raise CompilationError("a ring a wgmma dot reads in place is swizzled for it: read it only as "
                                        "that dot's operand", user.loc)
+            if any(r in user.operands for r in readers) and user.name not in ("mt.dot", "mt.trans"):
+                raise CompilationError("a ring slot a wgmma dot reads in place is that dot's operand only; "
+                                       "read the ring again for other uses", user.loc)
         ring.type = ring.type.with_encoding(enc)
+        view_t = dot.operands[i].type if transposed else t
         view = Operation("mt.ring_slot", list(load.operands),
-                         [t.with_encoding(layout("shared", swizzle=swizzle, order=[1, 0], operand=i))], loc=load.loc)
+                         [view_t.with_encoding(layout("shared", swizzle=swizzle, order=[1, 0], operand=operand))],
+                         loc=load.loc)
         block = load.parent
         block.insert(block.ops.index(load) + 1, view)  # type: ignore[union-attr]
+        old = dot.operands[i]
         dot.operands[i] = view.result
+        if transposed and not any(old in o.operands for o in func.walk()):
+            old.defining_op.erase()  # type: ignore[union-attr]
         if not any(load.result in o.operands for o in func.walk()):
             load.erase()
 
 
-def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool = False) -> DotChoice | None:
-    """The tensor-core instruction for `op` (None: CUDA cores); `in_rings`: wgmma would read ring slots in place."""
+def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool = False,
+           b_in_ring: bool = False) -> DotChoice | None:
+    """The tensor-core instruction for `op` (None: CUDA cores); `in_rings`: wgmma would read both operands from
+    ring slots in place; `b_in_ring`: only B (A then comes from registers or is staged)."""
     a, b = op.operands[0].type, op.operands[1].type
     (m, k), n = a.shape, b.shape[1]
     tf32 = a.scalar.name == "f32" and op.attrs.get("input_precision") in TF32_PRECISIONS  # type: ignore
@@ -205,7 +240,7 @@ def choose(op: Operation, num_warps: int, prefer: str = "auto", in_rings: bool =
         return None
     if not tf32 and prefer in ("auto", "wgmma"):
         a_regs = not in_rings and a_in_accumulator_layout(op, through_loops=True)
-        if fits_wgmma(m, n, k, num_warps, in_rings, a_staged=not a_regs):
+        if fits_wgmma(m, n, k, num_warps, in_rings, a_staged=not a_regs, b_staged=not b_in_ring):
             return _wgmma_choice(m, n, k, num_warps, a_regs)
     if prefer in ("auto", "mma"):
         k_width = 1 if tf32 else K_WIDTH
@@ -250,14 +285,16 @@ def _tiny(op: Operation, num_warps: int) -> bool:
     return m * n < 32 * num_warps
 
 
-def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False, a_staged: bool = True) -> bool:
+def fits_wgmma(m: int, n: int, k: int, num_warps: int, in_rings: bool = False, a_staged: bool = True,
+               b_staged: bool = True) -> bool:
     """Whether `wgmma.mma_async m64nNk16` tiles an m x n x k dot of 16-bit operands on num_warps warps (operands
     staged per dot, or read in place from two or more ring stages when `in_rings`; A not staged at all when it is
-    taken from registers, `a_staged` False)."""
+    taken from registers, `a_staged` False; B not when it is read in place from an explicit ring, `b_staged`
+    False)."""
     from .pipeline import DYNAMIC_BUDGET
 
     a_bytes = -(-m * k * 2 // 1024) * 1024 if a_staged else 0
-    staged = a_bytes + n * k * 2  # A, then B at the next 1024 bytes (codegen/wgmma.py)
+    staged = a_bytes + (n * k * 2 if b_staged else 0)  # A, then B at the next 1024 bytes (codegen/wgmma.py)
     budget = SMEM_BUDGET
     if in_rings:
         # 2 stages, and the static scratch buffer for the epilogue (the codegen keeps it within the static limit)

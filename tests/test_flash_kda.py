@@ -491,6 +491,23 @@ def test_gpu_transposed_recurrence(monkeypatch, context_parallel, wgmma):
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("context_parallel", [False, True])
+@pytest.mark.parametrize("varlen", [False, True])
+def test_gpu_warp_specialized_recurrence(monkeypatch, context_parallel, varlen):
+    """RECURRENCE_WS on the GPU (K = V = 128; T = 1000 H = 4 with an initial state, or varlen sequences whose ends
+    fall inside chunks, V-first states): the oracle's bounds, with and without the context-parallel transitions."""
+    monkeypatch.setattr(flash_kda, "RECURRENCE_WS", True)
+    if varlen:
+        cu = torch.tensor([0, 1, 64, 1000, 3000, 4096], device="cuda")
+        x = make_inputs(1, 4096, 4, 128, 128, seed=14, n_states=5, device="cuda", state_v_first=True)
+        check(x, cu_seqlens=cu, state_v_first=True, context_parallel=context_parallel,
+              cp_segment_len=1024 if context_parallel else None)
+    else:
+        check(make_inputs(1, 1000, 4, 128, 128, seed=5, init=True, device="cuda"), context_parallel=context_parallel)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("context_parallel", [False, True])
 def test_gpu_varlen(context_parallel):
     cu = torch.tensor([0, 1, 64, 1000, 5000, 8192], device="cuda")
     x = make_inputs(1, 8192, 4, 128, 128, seed=13, n_states=5, device="cuda", state_v_first=True)
@@ -601,3 +618,59 @@ def test_flash_kda_ptx_tool_compiles_every_launched_kernel() -> None:
     for kernel, _, args, constexprs in launches[:2]:
         compiled, loops = tool.compile_launch(kernel, args, constexprs)
         assert compiled.ptx and sum(loops.values()) == compiled.ptx.count("bar.sync")
+
+
+WS_OUTPUTS = ("o_ptr", "ht_ptr")
+
+
+@pytest.mark.parametrize("head,policy", [(64, "round_robin"), (64, "greedy"), (128, "round_robin")])
+def test_warp_specialized_recurrence_ptx_matches_the_interpreter(interpret, monkeypatch, head, policy):
+    """RECURRENCE_WS (kda_recurrence_ws_kernel: TMA producer warpgroup, consumers holding S^T as wgmma register A,
+    B^T and B ring slots read in place): both of a context-parallel call's recurrence launches replayed as PTX on
+    the warp-specialized simulator (partitions on their own program counters, its TMA / mbarrier / wgmma / race
+    checks; outputs poisoned) at K = V = 64 (one consumer warpgroup) and 128 (two: K3's heads) with a ragged last
+    chunk; they must equal the interpreter's, and the call must match the float64 reference and the default
+    recurrence."""
+    helpers = pytest.importorskip("ptx_helpers")
+    from ptx_sim_ws import run_ws_ptx
+    from test_pipeline import ptx_of
+    from minitriton.compiler import PIPELINE
+    from minitriton.frontend import compile_to_ir
+    from minitriton.ir.types import PointerType, ScalarType, TensorDescType, TensorType, bf16
+    from minitriton.passes import run_passes
+    from minitriton.runtime.tma import TensorDescriptor
+
+    x = make_inputs(1, 140, 1, head, head, seed=16)
+    o_ref, s_ref = flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
+    names = {torch.bfloat16: "bf16", torch.float32: "f32", torch.int32: "i32"}
+    launches = []
+    launch = flash_kda._launch
+
+    def record(kernel, grid, args, **constexprs):
+        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        launch(kernel, grid, args, **constexprs)
+        if kernel is flash_kda.kda_recurrence_ws_kernel:
+            launches.append((kernel, grid, before, list(args), constexprs))
+
+    monkeypatch.setattr(flash_kda, "RECURRENCE_WS", True)
+    check(x, context_parallel=True, cp_segment_len=64)
+    monkeypatch.setattr(flash_kda, "_launch", record)
+    o, s = flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
+    assert kda_ref.relative_error(s_ref, s) <= 1e-6 and kda_ref.relative_error(o_ref, o) <= 1e-6
+    assert [c["TRANSITION"] for *_, c in launches] == [True, False]
+    for kernel, grid, before, after, constexprs in launches:
+        types = {n: TensorDescType(TensorType(tuple(a.block_shape), bf16)) if isinstance(a, TensorDescriptor)
+                 else PointerType(ScalarType(names[a.dtype])) if isinstance(a, torch.Tensor) else ScalarType("i32")
+                 for n, a in zip(kernel.runtime_params, before)}
+        options = dict(constexprs)
+        warps = options.pop("num_warps")
+        module = run_passes(compile_to_ir(kernel.fn, types, options, num_warps=warps), PIPELINE)
+        ptx, name = ptx_of(module)
+        outputs = [i for i, n in enumerate(kernel.runtime_params) if n in WS_OUTPUTS
+                   and not (n == "o_ptr" and constexprs["TRANSITION"])]
+        for i in outputs:
+            before[i] = before[i].clone().fill_(float("nan"))
+        run_ws_ptx(ptx, name, grid, before, 32 * warps, policy=policy)
+        for i in outputs:
+            err = helpers.rel_err(before[i], after[i])
+            assert err <= 1e-4, f"{kernel.__name__} {kernel.runtime_params[i]}: PTX vs interpreter {err}"

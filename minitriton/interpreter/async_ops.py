@@ -61,8 +61,20 @@ def build_nothing(op: Operation, use: SlotOf, define: SlotOf) -> Step:
     return lambda env, ctx: None
 
 
+def build_ring_slot(op: Operation, use: SlotOf, define: SlotOf) -> Step:
+    ring, slot, out = use(op.operands[0]), use(op.operands[1]), define(op.result)
+    enc = op.result.type.encoding  # type: ignore[union-attr]
+    transposed = enc is not None and enc.get("operand") == 2  # a B^T slot viewed as B
+
+    def ring_slot(env: list, ctx: Any) -> None:
+        tile = env[ring][_slot(env, ring, slot, op)]
+        env[out] = (tile.T if transposed else tile).copy()
+
+    return ring_slot
+
+
 STEP_BUILDERS: dict[str, Callable[[Operation, SlotOf, SlotOf], Step]] = {
     "mt.async_copy": build_async_copy, "mt.local_load": build_local_load,
-    "mt.ring_slot": build_local_load, "mt.async_commit": build_nothing, "mt.async_wait": build_nothing,
+    "mt.ring_slot": build_ring_slot, "mt.async_commit": build_nothing, "mt.async_wait": build_nothing,
     "mt.dot_wait": build_nothing,
 }

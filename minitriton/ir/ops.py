@@ -381,12 +381,20 @@ def _one_slot(o: Operation) -> TensorType:
 
 
 @op("mt.ring_slot", "Slot `slot` of a ring buffer as a shared-memory tile (a view: no data moves; operands (ring, "
-    "slot)); the result's `#mt.shared` encoding says how the slot is laid out. A wgmma mt.dot reads it in place. "
+    "slot)); the result's `#mt.shared` encoding says how the slot is laid out (with operand = 2 the view is the "
+    "slot transposed: B of a dot whose slot holds B^T). A wgmma mt.dot reads it in place. "
     "The slot's group must have been waited for, and the slot is not rewritten before the dot that reads it retired.",
     pure=False)
 def _ring_slot(o: Operation) -> None:
-    ring = _one_slot(o)
     res = o.result.type
+    if isinstance(res, TensorType) and res.encoding is not None and res.encoding.get("operand") == 2:
+        ring = _ring_of(o)  # B^T: the view is the slot transposed (wgmma reads the [N, K] slot K-major)
+        _slot_operand(o, 1)
+        if tuple(res.shape) != tuple(ring.shape[1:])[::-1] or res.scalar != ring.scalar:
+            fail(o, f"a B^T view (operand = 2) is one slot transposed, "
+                    f"tensor<{'x'.join(map(str, ring.shape[1:][::-1]))}x{ring.scalar}>, got {res}")
+    else:
+        ring = _one_slot(o)
     if ring.encoding is not None and (res.encoding is None or res.encoding.kind != "shared"):
         fail(o, f"a slot of a ring with a layout has a #mt.shared encoding, got {res}")
 
