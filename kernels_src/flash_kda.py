@@ -923,11 +923,14 @@ def kda_recurrence_ws_kernel(w_tma, kg_tma, qg_tma, aqk_tma, u_ptr, decay_ptr, o
                                     + rk[None, :] * h0_sk)
                 else:
                     state = mt.zeros((BV, K), mt.float32)
+            u_col0 = vb * BV - K if TRANSITION else vb * BV  # first u column of the block (< 0: M columns, no u)
             fill = 0
             for t0 in range(start, end, BT):
                 valid = t0 + rt < end
                 base = t0.to(mt.int64) * H + h
                 rt_h = rt * H
+                if u_col0 >= 0:  # the next chunk's u rows into L1: the one global load on the chain
+                    _prefetch_rows(u_ptr, base + BT * H, rt_h, t0 + BT + rt < end, V, u_col0, BV // 64, 64, "L1")
                 # u^T straight into the accumulator's thread map (no exchange through shared memory)
                 u_t = mt.load(u_ptr + base * V + (rt_h[None, :] * V + u_cols[:, None]),
                               mask=valid[None, :] & u_on[:, None], other=0.0,
