@@ -2,7 +2,8 @@
 
     python benchmarks/bench_flash_kda.py [--shapes 1x32768x96,8x4096x32] [--state-precision tf32|bf16]
                                          [--context-parallel auto|on|off] [--recurrence-warps 4|8]
-                                         [--intra-variant sliced|chunk64|sub16] [--no-save]
+                                         [--intra-variant sliced|chunk64|sub16] [--knob NAME=VALUE[,...]]
+                                         [--no-save]
 
 Rows, per shape B x T x H (K = V = 128, bf16 q/k/v/g, raw beta logits, no initial state, fp32 final state):
   ours   chunk_kda(...) with the default (automatic) context-parallel choice
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,11 +138,32 @@ def time_ms(make: Callable[[], Callable[[], Any]]) -> float | None:
     return _or_none(measure)
 
 
-def run(shapes=SHAPES, state_precision: str | None = None, context_parallel: bool | None = None,
-        recurrence_warps: int | None = None,
-        intra_variant: str | None = None) -> tuple["harness.Table", "harness.Table"]:
-    """(call-to-call table, kernel-time table) at `shapes`."""
+def parse_knob(text: str) -> tuple[tuple[str, object], ...]:
+    """'NAME=VALUE[,NAME=VALUE...]' -> ((NAME, VALUE as int, bool or str), ...); each NAME must be one of
+    flash_kda's module constants."""
     from minitriton.kernels import flash_kda
+
+    settings = []
+    for part in text.split(","):
+        name, sep, raw = part.partition("=")
+        if not sep or not name.isupper() or not hasattr(flash_kda, name):
+            sys.exit(f"--knob={text}: expected NAME=VALUE[,NAME=VALUE...] with each NAME one of flash_kda's module "
+                     f"constants")
+        value: object = {"True": True, "False": False}.get(raw, raw)
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", raw):
+            value = int(raw)
+        settings.append((name, value))
+    return tuple(settings)
+
+
+def run(shapes=SHAPES, state_precision: str | None = None, context_parallel: bool | None = None,
+        recurrence_warps: int | None = None, intra_variant: str | None = None,
+        knobs: tuple[tuple[str, object], ...] = ()) -> tuple["harness.Table", "harness.Table"]:
+    """(call-to-call table, kernel-time table) at `shapes`; `knobs`: flash_kda module constants set first."""
+    from minitriton.kernels import flash_kda
+
+    for name, value in knobs:
+        setattr(flash_kda, name, value)
 
     if state_precision is not None:  # None: the module's default (bf16x2 since 2026-12-06), as chunk_kda runs it
         flash_kda.STATE_PRECISION = state_precision
@@ -153,7 +176,8 @@ def run(shapes=SHAPES, state_precision: str | None = None, context_parallel: boo
                           notes={"copy_bandwidth_Bps": bandwidth, "peak_flops": PEAK_FLOPS,
                                  "state_precision": flash_kda.STATE_PRECISION, "context_parallel": context_parallel,
                                  "recurrence_warps": flash_kda.RECURRENCE_WARPS or "auto",
-                                 "intra_variant": flash_kda.INTRA_VARIANT})
+                                 "intra_variant": flash_kda.INTRA_VARIANT,
+                                 "knobs": ", ".join(f"{n}={v}" for n, v in knobs) or "defaults"})
     kernels = harness.Table("flash_kda_kernels", "KDA chunked prefill, GPU kernel time per call (sum of kernels)",
                             unit="ms", notes=dict(table.notes))
     for B, T, H in shapes:
@@ -181,11 +205,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--recurrence-warps", type=int, choices=(4, 8),
                     help="override flash_kda.RECURRENCE_WARPS (default: chosen per launch)")
     ap.add_argument("--intra-variant", choices=("sliced", "chunk64", "sub16"), help="override flash_kda.INTRA_VARIANT")
+    ap.add_argument("--knob", default="", help="flash_kda module constants, NAME=VALUE[,NAME=VALUE...]")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
     cp = {"auto": None, "on": True, "off": False}[args.context_parallel]
-    tables = run(shapes, args.state_precision, cp, args.recurrence_warps, args.intra_variant)
+    tables = run(shapes, args.state_precision, cp, args.recurrence_warps, args.intra_variant,
+                 parse_knob(args.knob) if args.knob else ())
     for table in tables:
         print(table.format())
         if not args.no_save:

@@ -40,6 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_flash_kda import parse_knob  # noqa: E402,F401  (prebuild_cache imports it from here)
 from minitriton.kernels import flash_kda, kda_ref  # noqa: E402
 
 OUT_BOUND, STATE_BOUND = 1e-2, 5e-3
@@ -238,22 +239,6 @@ def static() -> None:
     for variant, kernel in PHASE1.items():
         c = static_counts(kernel)
         print(f"{variant:8s} " + " ".join(f"{k} {v}" for k, v in c.items()), flush=True)
-
-
-def parse_knob(text: str) -> tuple[tuple[str, object], ...]:
-    """'NAME=VALUE[,NAME=VALUE...]' -> ((NAME, VALUE as int, bool or str), ...); each NAME must be one of
-    flash_kda's module constants."""
-    settings = []
-    for part in text.split(","):
-        name, sep, raw = part.partition("=")
-        if not sep or not name.isupper() or not hasattr(flash_kda, name):
-            sys.exit(f"--knob={text}: expected NAME=VALUE[,NAME=VALUE...] with each NAME one of flash_kda's module "
-                     f"constants")
-        value: object = {"True": True, "False": False}.get(raw, raw)
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", raw):
-            value = int(raw)
-        settings.append((name, value))
-    return tuple(settings)
 
 
 def main() -> None:
