@@ -189,12 +189,14 @@ def lower_dot(ctx: KernelContext, op: Operation) -> None:
     c_map = ctx.tmap(op.result)
     c_regs = ctx.get(c_v)
     in_place = "async_groups" in op.attrs  # the accumulator stays in c's registers (nothing may move them)
+    # ... except a constant's, which other ops may share (CSE, the register cache): copied before the wgmma issues
+    fresh = not in_place or (c_v.defining_op is not None and c_v.defining_op.name == "mt.constant")
     out = [""] * c_map.num_regs
     blocks = []
     for rep in range(m // (16 * num_warps)):
         for nb in range(n // n_instr):
             idx = d_registers(c_map, num_warps, n_instr, rep, nb)
-            if in_place:
+            if not fresh:
                 d = [c_regs[i] for i in idx]
             else:
                 d = [ctx.new("f32") for _ in idx]

@@ -937,18 +937,22 @@ def kda_recurrence_ws_kernel(w_tma, kg_tma, qg_tma, aqk_tma, u_ptr, decay_ptr, o
                               layout=_accumulator_layout(BV // 16, 1)).to(mt.float32)
                 state_lo = state.to(mt.bfloat16)
                 # v_new^T = -(S^T w^T - u^T): u^T is the dot's accumulator (no registers of its own past it)
-                v_t = mt.where(valid[None, :], -mt.dot(state_lo, mt.trans(w_ring.get(fill)), -u_t), 0.0)
+                sw = mt.dot(state_lo, mt.trans(w_ring.get(fill)), -u_t)
+                if not TRANSITION:  # issued right behind S^T w^T: the two run together (defer-dot-waits)
+                    o_t = mt.dot(state_lo, mt.trans(qg_ring.get(fill)))
+                v_t = mt.where(valid[None, :], -sw, 0.0)
                 v_lo = v_t.to(mt.bfloat16)
                 v_rest = (v_t - v_lo.to(mt.float32)).to(mt.bfloat16)
                 if not TRANSITION:
-                    o_t = mt.dot(v_lo, mt.trans(aqk_ring.get(fill)), mt.dot(state_lo, mt.trans(qg_ring.get(fill))))
+                    o_t = mt.dot(v_lo, mt.trans(aqk_ring.get(fill)), o_t)
+                kg = kg_ring.get(fill)
+                decay = decay_ring.get(fill)  # [1, K]: read from shared memory where it is used
+                state = mt.dot(v_rest, kg, mt.dot(v_lo, kg, state * decay))
+                if not TRANSITION:  # stored after the update dots issue: they run while o^T goes out
                     mt.store(o_ptr + base * V + (rt_h[None, :] * V + cols[:, None]), o_t, mask=valid[None, :],
                              layout=_accumulator_layout(BV // 16, 1))
                     qg_ring.release(fill)
                     aqk_ring.release(fill)
-                kg = kg_ring.get(fill)
-                decay = decay_ring.get(fill)  # [1, K]: read from shared memory where it is used
-                state = mt.dot(v_rest, kg, mt.dot(v_lo, kg, state * decay))
                 w_ring.release(fill)
                 kg_ring.release(fill)
                 decay_ring.release(fill)

@@ -28,7 +28,8 @@ from minitriton.errors import CompilationError
 # kernels with an explicit mt.warp_specialize block (ring protocols); the func attr num_warps then counts every
 # partition's warps, so the launcher's block size follows (passes/warp_specialize.py). "async-dots" keeps one wgmma
 # in flight in explicit partitions' K loops (passes/async_dots.py).
-PIPELINE: list[str] = ["canonicalize", "tiling", "dot-lowering", "pipeline", "warp-specialize", "async-dots"]
+PIPELINE: list[str] = ["canonicalize", "tiling", "dot-lowering", "pipeline", "warp-specialize", "async-dots",
+                       "defer-dot-waits"]
 # The interpreter runs tile IR: only clean-ups, no layout assignment.
 INTERPRET_PIPELINE: list[str] = ["canonicalize"]
 
