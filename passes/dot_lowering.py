@@ -161,14 +161,18 @@ def ring_slot_operands(op: Operation) -> tuple[Operation | None, Operation | Non
     operand is a slot, or A is one and B is not (a wgmma reads such slots in place: both, or B alone with A in
     registers or staged)."""
     a = _explicit_ring_load(op.operands[0])
-    b = _explicit_ring_load(op.operands[1])
-    if b is None:
-        trans = op.operands[1].defining_op
-        if trans is not None and trans.name == "mt.trans" and list(trans.attrs.get("order", ())) == [1, 0]:
-            b = _explicit_ring_load(trans.operands[0])
+    b = _explicit_ring_load(op.operands[1]) or _transposed_load(op.operands[1])
     if b is None:
         return None
     return a, b
+
+
+def _transposed_load(v: Value) -> Operation | None:
+    """The explicit ring's mt.local_load that `v` is the transpose of (a B^T slot), or None."""
+    trans = v.defining_op
+    if trans is None or trans.name != "mt.trans" or list(trans.attrs.get("order", ())) != [1, 0]:
+        return None
+    return _explicit_ring_load(trans.operands[0])
 
 
 def _explicit_ring_load(v: Value) -> Operation | None:
@@ -208,7 +212,8 @@ def read_rings_in_place(func: Operation, dot: Operation, num_warps: int,
         readers = [dot.operands[i]] + ([load.result] if transposed else [])
         for user in func.walk():
             if ring in user.operands and user.name == "mt.local_load" and user is not load \
-                    and not any(user.result in d.operands[:2] for d in func.walk() if d.name == "mt.dot"):
+                    and not any(_explicit_ring_load(v) is user or _transposed_load(v) is user
+                                for d in func.walk() if d.name == "mt.dot" for v in d.operands[:2]):
                 raise CompilationError("a ring a wgmma dot reads in place is swizzled for it: read it only as "
                                        "that dot's operand", user.loc)
             if any(r in user.operands for r in readers) and user.name not in ("mt.dot", "mt.trans"):
