@@ -417,7 +417,8 @@ def ring(shape: Any, dtype: ScalarType, stages: int, _sem: Any = None) -> Any:
                                         tensor whose first element is (row, col) into it (zeros outside the tensor)
         ring.put(i, tile)               wait until the slot is free, then store the tile into it
         x = ring.get(i)                 wait until fill i landed; x is the slot's tile (a wgmma mt.dot reads it in
-                                        place)
+                                        place as A, as B, or as B^T through mt.trans(x); with B from a slot, A
+                                        may be an accumulator-layout tile in registers)
         ring.release(i)                 this partition is done with fill i: the slot may be refilled
 
     Every fill must be released by the partition that reads it before fill i + stages can go into its slot."""
