@@ -1295,7 +1295,7 @@ def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Te
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)
     width = K + V if transition else V
-    if RECURRENCE_WS:
+    if RECURRENCE_WS and ws_recurrence_fits(K, V):
         _recurrence_ws(f, o, h0, h0_v_first, ht, ht_v_first, segments, H, K, V, transition)
         return
     programs = width // bv * segments.shape[0] * H
@@ -1325,17 +1325,18 @@ def _ws_descriptors(f: dict[str, torch.Tensor], H: int) -> tuple[mt.TensorDescri
     return tuple(out)
 
 
+def ws_recurrence_fits(K: int, V: int) -> bool:
+    """Whether kda_recurrence_ws_kernel takes heads of K x V (its TMA boxes are 64 columns wide, its state block a
+    multiple of one warpgroup's 64 rows); other heads run kda_recurrence_kernel (with the bf16x2 update, which the
+    warp-specialized kernel always uses)."""
+    return K % WS_BOX_COLUMNS == 0 and min(WS_STATE_BLOCK, V, K) % 64 == 0 and STATE_PRECISION == "bf16x2"
+
+
 def _recurrence_ws(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Tensor | None, h0_v_first: bool,
                    ht: torch.Tensor | None, ht_v_first: bool, segments: torch.Tensor, H: int, K: int, V: int,
                    transition: bool) -> None:
     """_recurrence with kda_recurrence_ws_kernel (RECURRENCE_WS): WS_STATE_BLOCK columns a program."""
-    if STATE_PRECISION != "bf16x2":
-        raise ValueError(f"flash_kda.RECURRENCE_WS runs the bf16x2 state update, got STATE_PRECISION = "
-                         f"{STATE_PRECISION!r}")
     bv = min(WS_STATE_BLOCK, V, K)
-    if bv % 64 or K % WS_BOX_COLUMNS:
-        raise ValueError(f"flash_kda.RECURRENCE_WS needs K and the state block to be multiples of 64, got K = {K}, "
-                         f"block {bv}")
     spare = f["decay"]
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)

@@ -674,3 +674,14 @@ def test_warp_specialized_recurrence_ptx_matches_the_interpreter(interpret, monk
         for i in outputs:
             err = helpers.rel_err(before[i], after[i])
             assert err <= 1e-4, f"{kernel.__name__} {kernel.runtime_params[i]}: PTX vs interpreter {err}"
+
+
+def test_warp_specialized_recurrence_falls_back_on_narrow_heads(interpret, monkeypatch):
+    """RECURRENCE_WS at K = V = 16 (below its 64-column TMA boxes): the plain recurrence runs, same answer."""
+    monkeypatch.setattr(flash_kda, "RECURRENCE_WS", True)
+    assert not flash_kda.ws_recurrence_fits(16, 16) and flash_kda.ws_recurrence_fits(128, 128)
+    launched = []
+    launch = flash_kda._launch
+    monkeypatch.setattr(flash_kda, "_launch", lambda kernel, *a, **k: (launched.append(kernel), launch(kernel, *a, **k)))
+    check(make_inputs(1, 100, 2, 16, 16, seed=17))
+    assert flash_kda.kda_recurrence_kernel in launched and flash_kda.kda_recurrence_ws_kernel not in launched
