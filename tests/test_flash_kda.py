@@ -682,6 +682,11 @@ def test_warp_specialized_recurrence_falls_back_on_narrow_heads(interpret, monke
     assert not flash_kda.ws_recurrence_fits(16, 16) and flash_kda.ws_recurrence_fits(128, 128)
     launched = []
     launch = flash_kda._launch
-    monkeypatch.setattr(flash_kda, "_launch", lambda kernel, *a, **k: (launched.append(kernel), launch(kernel, *a, **k)))
+
+    def record(kernel, *args, **constexprs):
+        launched.append(kernel)
+        launch(kernel, *args, **constexprs)
+
+    monkeypatch.setattr(flash_kda, "_launch", record)
     check(make_inputs(1, 100, 2, 16, 16, seed=17))
     assert flash_kda.kda_recurrence_kernel in launched and flash_kda.kda_recurrence_ws_kernel not in launched
