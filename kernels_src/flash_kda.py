@@ -664,6 +664,20 @@ def _oriented(x, TRANSPOSED: mt.constexpr):
         return x
 
 
+@mt.func
+def _segment_program(pid, seg_ptr, H, NVB: mt.constexpr):
+    """A recurrence program's (column block, segment, head) from its 1-D id (column blocks fastest), and its
+    segment row (token start, token end, first chunk, final-state slot)."""
+    vb = pid % NVB
+    ph = pid // NVB
+    p = ph // H
+    start = mt.load(seg_ptr + 4 * p)
+    end = mt.load(seg_ptr + 4 * p + 1)
+    chunk0 = mt.load(seg_ptr + 4 * p + 2)
+    slot = mt.load(seg_ptr + 4 * p + 3)
+    return vb, p, ph % H, start, end, chunk0, slot
+
+
 @mt.kernel(min_blocks_per_sm=1)  # without it ptxas picks 40 registers and spills 6 KB (8 warps)
 def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_ptr, h0_ptr, ht_ptr, seg_ptr,
                           H, h0_sn, h0_sh, h0_sk, h0_sv, ht_sn, ht_sh, ht_sk, ht_sv,
@@ -719,14 +733,7 @@ def kda_recurrence_kernel(w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, o_pt
     """
     NVB = (K + V) // BV if TRANSITION else V // BV
     pid = mt.program_id(0)  # 1-D grid, column blocks fastest: the blocks of one head run side by side (L2 reuse)
-    vb = pid % NVB
-    ph = pid // NVB
-    p = ph // H
-    h = ph % H
-    start = mt.load(seg_ptr + 4 * p)
-    end = mt.load(seg_ptr + 4 * p + 1)
-    chunk0 = mt.load(seg_ptr + 4 * p + 2)
-    slot = mt.load(seg_ptr + 4 * p + 3)
+    vb, p, h, start, end, chunk0, slot = _segment_program(pid, seg_ptr, H, NVB)
     rk = mt.arange(0, K)
     rt = mt.arange(0, BT)
     cols = vb * BV + mt.arange(0, BV)
@@ -892,14 +899,7 @@ def kda_recurrence_ws_kernel(w_tma, kg_tma, qg_tma, aqk_tma, u_ptr, decay_ptr, o
     Modes, segment rows, transition columns and state strides as kda_recurrence_kernel's (TRANSPOSED)."""
     NVB = (K + V) // BV if TRANSITION else V // BV
     pid = mt.program_id(0)  # column blocks fastest, as kda_recurrence_kernel
-    vb = pid % NVB
-    ph = pid // NVB
-    p = ph // H
-    h = ph % H
-    start = mt.load(seg_ptr + 4 * p)
-    end = mt.load(seg_ptr + 4 * p + 1)
-    chunk0 = mt.load(seg_ptr + 4 * p + 2)
-    slot = mt.load(seg_ptr + 4 * p + 3)
+    vb, p, h, start, end, chunk0, slot = _segment_program(pid, seg_ptr, H, NVB)
     w_ring = mt.ring((BT, K), mt.bfloat16, STAGES)
     kg_ring = mt.ring((BT, K), mt.bfloat16, STAGES)
     if not TRANSITION:  # the output pass's tiles
