@@ -121,6 +121,8 @@ WS_STATE_BLOCK = 128  # state columns a warp-specialized program holds (16 rows 
 WS_STAGES = 2  # chunks in flight in the rings (56 KB a stage at K = V = 128)
 WS_CONSUMER_REGISTERS = 232  # setmaxnreg of the consumer warpgroups (the producer warpgroup keeps 40)
 WS_PRODUCER_REGISTERS = 40
+WS_CP_PROGRAMS = True  # the automatic context-parallel split counts the WS recurrence's programs (WS_STATE_BLOCK
+# columns each: half as many a head as the default's, so about twice the segments); False: the default's count
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
 # serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy: ~2^-21 a product). Measured (H100,
@@ -1205,8 +1207,8 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
     bounds = tuple((b * T, b * T + T) for b in range(B)) if cu is None else tuple(zip(cu[:-1], cu[1:]))
     N = len(bounds)
     bv = min(V, STATE_BLOCK)
-    seg_len = segment_length([e - s for s, e in bounds], N * H * (V // bv), _num_sms(dev), context_parallel,
-                             cp_segment_len)
+    seg_len = segment_length([e - s for s, e in bounds], N * H * (V // _planned_block(K, V, bv)), _num_sms(dev),
+                             context_parallel, cp_segment_len)
     tables = launch_tables(bounds, seg_len, str(dev))
 
     factors = _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables,
@@ -1221,6 +1223,13 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
         h0, h0_v_first = _segment_states(factors, tables, h0, state_v_first, H, K, V), False
     _recurrence(factors, o, h0, h0_v_first, final, state_v_first, tables.segments, H, K, V, bv, transition=False)
     return o.reshape(B, T, H, V), final
+
+
+def _planned_block(K: int, V: int, bv: int) -> int:
+    """The state columns a recurrence program holds, as the context-parallel planner counts programs."""
+    if RECURRENCE_WS and WS_CP_PROGRAMS and ws_recurrence_fits(K, V):
+        return min(WS_STATE_BLOCK, V, K)
+    return bv
 
 
 def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: Tables,

@@ -676,6 +676,23 @@ def test_warp_specialized_recurrence_ptx_matches_the_interpreter(interpret, monk
             assert err <= 1e-4, f"{kernel.__name__} {kernel.runtime_params[i]}: PTX vs interpreter {err}"
 
 
+def test_context_parallel_plan_counts_warp_specialized_programs(monkeypatch):
+    """The automatic split fills the SMs with the recurrence that runs: the WS kernel holds 128 state columns a
+    program (one a head at V = 128), the default 64, so at T8192 H12 on 132 SMs WS splits in 8 segments, not 5."""
+    def segments() -> int:
+        block = flash_kda._planned_block(128, 128, flash_kda.STATE_BLOCK)
+        seg = flash_kda.segment_length([8192], 12 * (128 // block), 132, None, None)
+        return -(-8192 // seg)
+
+    assert segments() == 5
+    monkeypatch.setattr(flash_kda, "RECURRENCE_WS", True)
+    assert segments() == 8
+    monkeypatch.setattr(flash_kda, "WS_CP_PROGRAMS", False)
+    assert segments() == 5
+    monkeypatch.setattr(flash_kda, "WS_CP_PROGRAMS", True)
+    assert flash_kda._planned_block(32, 32, 32) == 32  # narrow heads: the plain recurrence and its own block
+
+
 def test_warp_specialized_recurrence_falls_back_on_narrow_heads(interpret, monkeypatch):
     """RECURRENCE_WS at K = V = 16 (below its 64-column TMA boxes): the plain recurrence runs, same answer."""
     monkeypatch.setattr(flash_kda, "RECURRENCE_WS", True)

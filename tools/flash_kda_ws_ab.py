@@ -37,11 +37,15 @@ def main(argv: list[str]) -> None:
         flash_kda.RECURRENCE_WS = True
         o_ws, s_ws = call()
         ws = kernel_times(call)
+        flash_kda.WS_CP_PROGRAMS = not flash_kda.WS_CP_PROGRAMS  # the other segment count
+        ws_other = kernel_times(call)
+        flash_kda.WS_CP_PROGRAMS = not flash_kda.WS_CP_PROGRAMS
         flash_kda.RECURRENCE_WS = False
         print(f"B={B} T={T} H={H}: WS vs default output {kda_ref.relative_error(o, o_ws):.2e}, "
               f"state {kda_ref.relative_error(s, s_ws):.2e}", flush=True)
         print(f"  default {summary(default)}", flush=True)
-        print(f"  ws      {summary(ws)}", flush=True)
+        print(f"  ws      {summary(ws)}   (WS_CP_PROGRAMS={flash_kda.WS_CP_PROGRAMS})", flush=True)
+        print(f"  ws      {summary(ws_other)}   (WS_CP_PROGRAMS={not flash_kda.WS_CP_PROGRAMS})", flush=True)
         if with_fla:
             print(f"  fla     {summary(kernel_times(bench.fla(p)))}", flush=True)
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
