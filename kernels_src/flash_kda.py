@@ -116,7 +116,7 @@ RECURRENCE_SPLIT_UPDATE = True
 # Phase 2 as a warp-specialized kernel (kda_recurrence_ws_kernel): a TMA producer warpgroup streams each chunk's w,
 # kg, qg and Aqk tiles into shared-memory rings while the consumer warpgroups hold the state transposed as wgmma
 # register A and read every token tile in place (no staging through registers). Not yet timed: off.
-RECURRENCE_WS = False
+RECURRENCE_WS = True
 WS_STATE_BLOCK = 128  # state columns a warp-specialized program holds (16 rows of S^T a consumer warp: BV // 16 warps)
 WS_STAGES = 2  # chunks in flight in the rings (56 KB a stage at K = V = 128)
 WS_CONSUMER_REGISTERS = 232  # setmaxnreg of the consumer warpgroups (the producer warpgroup keeps 40)
