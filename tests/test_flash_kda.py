@@ -372,6 +372,7 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
             monkeypatch.setattr(flash_kda, "RECURRENCE_FUSED_WQ", not variant.endswith("unfused"))
         variant, head = "sliced", 128
         monkeypatch.setattr(flash_kda, "RECURRENCE_WGMMA", True)
+        monkeypatch.setattr(flash_kda, "RECURRENCE_WS", False)  # the default at K = 128 (its own PTX test below)
     monkeypatch.setattr(flash_kda, "INTRA_VARIANT", variant)
     x = make_inputs(1, 140, 1, head, head, seed=15)
     flash_kda.chunk_kda(**x, output_final_state=True, context_parallel=True, cp_segment_len=64)
@@ -684,6 +685,7 @@ def test_context_parallel_plan_counts_warp_specialized_programs(monkeypatch):
         seg = flash_kda.segment_length([8192], 12 * (128 // block), 132, None, None)
         return -(-8192 // seg)
 
+    monkeypatch.setattr(flash_kda, "RECURRENCE_WS", False)
     assert segments() == 5
     monkeypatch.setattr(flash_kda, "RECURRENCE_WS", True)
     assert segments() == 8

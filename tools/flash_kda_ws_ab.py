@@ -27,6 +27,7 @@ def summary(rows: list[tuple[str, float]]) -> str:
 def main(argv: list[str]) -> None:
     with_fla = "--no-fla" not in argv
     shapes = [tuple(int(n) for n in a.split("x")) for a in argv if not a.startswith("--")] or [(1, 8192, 12)]
+    ws_default = flash_kda.RECURRENCE_WS
     for B, T, H in shapes:
         t0 = time.time()
         p = bench.make_problem(B, T, H)
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> None:
         flash_kda.WS_CP_PROGRAMS = not flash_kda.WS_CP_PROGRAMS  # the other segment count
         ws_other = kernel_times(call)
         flash_kda.WS_CP_PROGRAMS = not flash_kda.WS_CP_PROGRAMS
-        flash_kda.RECURRENCE_WS = False
+        flash_kda.RECURRENCE_WS = ws_default
         print(f"B={B} T={T} H={H}: WS vs default output {kda_ref.relative_error(o, o_ws):.2e}, "
               f"state {kda_ref.relative_error(s, s_ws):.2e}", flush=True)
         print(f"  default {summary(default)}", flush=True)
