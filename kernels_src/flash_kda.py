@@ -115,14 +115,19 @@ RECURRENCE_WGMMA = False
 RECURRENCE_SPLIT_UPDATE = True
 # Phase 2 as a warp-specialized kernel (kda_recurrence_ws_kernel): a TMA producer warpgroup streams each chunk's w,
 # kg, qg and Aqk tiles into shared-memory rings while the consumer warpgroups hold the state transposed as wgmma
-# register A and read every token tile in place (no staging through registers). Not yet timed: off.
+# register A and read every token tile in place (no staging through registers). Measured (H100, 2026-12-07 15:58
+# UTC, tools/flash_kda_ws_ab.py, same inputs): the recurrence 283.3 -> 213.2 us at B1 T8192 H12, 1327.9 -> 676.7 at
+# B1 T32768 H16, 1332.1 -> 681.5 at B1 T131072 H4, 1747.4 -> 714.0 at B8 T4096 H32 (-25% to -59%). On.
 RECURRENCE_WS = True
 WS_STATE_BLOCK = 128  # state columns a warp-specialized program holds (16 rows of S^T a consumer warp: BV // 16 warps)
 WS_STAGES = 2  # chunks in flight in the rings (56 KB a stage at K = V = 128)
 WS_CONSUMER_REGISTERS = 232  # setmaxnreg of the consumer warpgroups (the producer warpgroup keeps 40)
 WS_PRODUCER_REGISTERS = 40
-WS_CP_PROGRAMS = True  # the automatic context-parallel split counts the WS recurrence's programs (WS_STATE_BLOCK
-# columns each: half as many a head as the default's, so about twice the segments); False: the default's count
+# The automatic context-parallel split counts the WS recurrence's programs (WS_STATE_BLOCK columns each: half as many
+# a head as the mma.sync kernel's, so about twice the segments); False: that kernel's count. Same run: the whole
+# call 586.9 -> 603.9 us at T8192 H12 (the merge's longer chain: 34.4 -> 60.7), 2538.7 -> 2411.4 at T32768 H16,
+# 2554.5 both at T131072 H4. On.
+WS_CP_PROGRAMS = True
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
 # serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy: ~2^-21 a product). Measured (H100,
