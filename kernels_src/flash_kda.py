@@ -51,9 +51,6 @@ INTRA_WARPS = 8
 # (the spills and the register cap cost more than a second program's overlap gives), 4 warps +57% / +67%, 16 warps
 # +203%. Phase 1 is bound by its shared-memory traffic (layout conversions, mt.cat, dot staging), not occupancy.
 INTRA_BLOCKS_PER_SM = 1
-# The sliced phase 1 in passes of this many columns of K (kernel KP; None: one pass): [BT, K] f32 tiles live as
-# [BT, INTRA_K_PASS] ones, for INTRA_BLOCKS_PER_SM = 2 without the spills (docs/kernels/flash_kda.md, "K passes").
-INTRA_K_PASS = None
 # Phase 1: "sliced" (score rows per 16-row sub-chunk, joined with mt.cat; every dot on mma.sync), "chunk64"
 # (whole-chunk score dots) or "sub16" (16-row sub-chunk tiles). Measured on the H200 (2026-11-29 22:19 UTC,
 # tools/flash_kda_variants.py, phase-1 kernel alone): sliced 2.56 ms, sub16 4.97 ms, chunk64 5.64 ms at B1 T32768
@@ -162,20 +159,17 @@ def _store_rows(ptr, base, row_h, valid, x, COLS: mt.constexpr):
 
 
 @mt.func
-def _load_cols(ptr, base, row_h, valid, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr,
-               LAYOUT: mt.constexpr = None):
-    """Columns C0..C0+CW of the rows base + row_h of a [tokens, H, COLS] tensor as f32 (as _load_rows); LAYOUT:
-    an explicit register layout (None: coalesced)."""
+def _load_cols(ptr, base, row_h, valid, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr):
+    """Columns C0..C0+CW of the rows base + row_h of a [tokens, H, COLS] tensor as f32 (as _load_rows)."""
     cols = C0 + mt.arange(0, CW)
     return mt.load(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), mask=valid[:, None],
-                   other=0.0, layout=LAYOUT).to(mt.float32)
+                   other=0.0).to(mt.float32)
 
 
 @mt.func
-def _store_cols(ptr, base, row_h, valid, x, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr,
-                LAYOUT: mt.constexpr = None):
+def _store_cols(ptr, base, row_h, valid, x, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr):
     cols = C0 + mt.arange(0, CW)
-    mt.store(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), x, mask=valid[:, None], layout=LAYOUT)
+    mt.store(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), x, mask=valid[:, None])
 
 
 @mt.func
@@ -222,16 +216,10 @@ def _l2_normalize(x):
 
 
 @mt.func
-def _rnorm(x):
-    """1 / ||row|| of each row of x ([R, C] -> [R]), with rsqrt.approx as _l2_normalize_fast."""
-    return mt.rsqrt(mt.sum(x * x, axis=1) + L2_EPS)
-
-
-@mt.func
 def _l2_normalize_fast(x):
     """_l2_normalize with rsqrt.approx (relative error ~2^-23, far below the tf32 / bf16 roundings that follow)
     instead of sqrt.rn and a div.rn per element (~20 instructions each)."""
-    return x * _rnorm(x)[:, None]
+    return x * mt.rsqrt(mt.sum(x * x, axis=1) + L2_EPS)[:, None]
 
 
 @mt.func
@@ -376,21 +364,6 @@ def _scan_layout(BT: mt.constexpr, WARPS: mt.constexpr):
 
 
 @mt.func
-def _gate(g_ptr, bias, base, row_h, valid, gate_scale, lower_bound, K: mt.constexpr, C0: mt.constexpr,
-          KP: mt.constexpr, BT: mt.constexpr, SCAN_LAYOUT: mt.constexpr, WARPS: mt.constexpr):
-    """Columns C0..C0+KP of the chunk's lower-bounded gate, natural log units ([BT, KP] f32, 0 on rows past the
-    chunk end; bias: those columns of dt_bias). SCAN_LAYOUT: loaded in _scan_layout, so that its cumsum over the
-    rows stays inside each warp."""
-    cols = C0 + mt.arange(0, KP)
-    if SCAN_LAYOUT:
-        graw = mt.load(g_ptr + base * K + (row_h[:, None] * K + cols[None, :]), mask=valid[:, None], other=0.0,
-                       layout=_scan_layout(BT, WARPS)).to(mt.float32)
-    else:
-        graw = _load_cols(g_ptr, base, row_h, valid, K, C0, KP)
-    return mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + bias[None, :])), 0.0)
-
-
-@mt.func
 def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr, w_ptr, u_ptr,
                   kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K: mt.constexpr, V: mt.constexpr,
                   BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr, WARPS: mt.constexpr,
@@ -415,7 +388,13 @@ def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_
     # live at once (a whole-chunk q and k held across the cumsum spilled).
     if PREFETCH:
         _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, base, row_h, valid, K, V, "L1")
-    gate = _gate(g_ptr, gate_bias, base, row_h, valid, gate_scale, lower_bound, K, 0, K, BT, SCAN_LAYOUT, WARPS)
+    if SCAN_LAYOUT:
+        cols = mt.arange(0, K)
+        graw = mt.load(g_ptr + base * K + (row_h[:, None] * K + cols[None, :]), mask=valid[:, None], other=0.0,
+                       layout=_scan_layout(BT, WARPS)).to(mt.float32)
+    else:
+        graw = _load_rows(g_ptr, base, row_h, valid, K)
+    gate = mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
     b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
     gcum = mt.cumsum(gate, axis=0) * RCP_LN2
 
@@ -502,125 +481,6 @@ def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_
     mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
 
 
-@mt.func
-def _row_block_layout(KP: mt.constexpr, WARPS: mt.constexpr):
-    """[SUB, KP] tiles one element block each, warps along the rows: every [BT, KP] tile of a K pass and its
-    16-row slices (a register selection of it) share it, so the passes convert no sub-chunk through shared
-    memory (the coalesced layouts of a [BT, 64] and a [16, 64] bf16 tile differ)."""
-    spt = SUB * KP // (32 * WARPS)
-    return mt.blocked([1, spt], [32 // (KP // spt), KP // spt], [WARPS, 1], [1, 0])
-
-
-@mt.func
-def _sliced_chunk_kpass(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr, w_ptr,
-                        u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K: mt.constexpr,
-                        V: mt.constexpr, BT: mt.constexpr, SOLVE_PRECISION: mt.constexpr,
-                        SCAN_LAYOUT: mt.constexpr, WARPS: mt.constexpr, STRUCTURED: mt.constexpr,
-                        PREFETCH: mt.constexpr, CHAINS: mt.constexpr, KP: mt.constexpr):
-    """_sliced_chunk in K passes of KP columns (INTRA_K_PASS): every per-column quantity (the gate cumsum, the
-    k_end blocks, kg, qg, decay) is made and used one column block at a time, and the score dots accumulate over
-    the passes, so that the program's live [BT, K] f32 tiles shrink to [BT, KP] ones (the register cap of two
-    programs an SM, INTRA_BLOCKS_PER_SM = 2). The row norms need whole rows: they are taken once, first. The
-    w dot's right factor (beta k 2^G, per column) is rebuilt after the inverse from a recomputed gate cumsum,
-    which costs less than holding a [BT, K] tile across the inverse. The same outputs as _sliced_chunk up to the
-    order of the score sums."""
-    start = mt.load(chunk_ptr + 2 * chunk)
-    end = mt.load(chunk_ptr + 2 * chunk + 1)
-    NS = BT // SUB
-    rt = mt.arange(0, BT)
-    sub = mt.arange(0, SUB)
-    cj = rt[None, :]
-    ci = rt[:, None]
-    valid = start + rt < end
-    base = start.to(mt.int64) * H + h
-    row_h = rt * H
-    gate_scale = mt.exp(mt.load(a_log_ptr + h))
-    RL = _row_block_layout(KP, WARPS)
-    if PREFETCH:
-        _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, base, row_h, valid, K, V, "L1")
-    b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
-    aqk = ()
-    lsc = ()
-    for s in mt.static_range(NS):
-        aqk = aqk + (mt.zeros((SUB, BT), mt.float32),)
-        lsc = lsc + (mt.zeros((SUB, BT), mt.float32),)
-    for c in mt.static_range(K // KP):
-        cols_c = c * KP + mt.arange(0, KP)
-        gate = _gate(g_ptr, mt.load(dt_bias_ptr + h * K + cols_c), base, row_h, valid, gate_scale, lower_bound,
-                     K, c * KP, KP, BT, SCAN_LAYOUT, WARPS)
-        if c == 0:
-            # The row norms, from [BT, KP] column blocks too (a [BT, K] tile would set the layouts of the tiles
-            # here), after the first gate load: the layout flood runs from its anchors in program order, and the
-            # gate's scan layout must reach its chain before the norms' coalesced one does.
-            k_sq = mt.zeros((BT,), mt.float32)
-            q_sq = mt.zeros((BT,), mt.float32)
-            for n in mt.static_range(K // KP):
-                k_n = _load_cols(k_ptr, base, row_h, valid, K, n * KP, KP, RL)
-                q_n = _load_cols(q_ptr, base, row_h, valid, K, n * KP, KP, RL)
-                k_sq = k_sq + mt.sum(k_n * k_n, axis=1)
-                q_sq = q_sq + mt.sum(q_n * q_n, axis=1)
-            k_norm = mt.rsqrt(k_sq + L2_EPS)
-            q_norm = mt.rsqrt(q_sq + L2_EPS)
-        gcum = mt.cumsum(gate, axis=0) * RCP_LN2
-        bound = (mt.zeros((KP,), mt.float32),)
-        for s in mt.static_range(1, NS + 1):
-            bound = bound + (mt.sum(gcum[s * SUB - 1:s * SUB, :], axis=0),)
-        g_last = bound[NS]
-        mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + cols_c, mt.exp2(g_last))
-        kk = _load_cols(k_ptr, base, row_h, valid, K, c * KP, KP, RL) * k_norm[:, None]
-        k_end = ()
-        kg = ()
-        for t in mt.static_range(NS):
-            ke = kk[t * SUB:(t + 1) * SUB, :] * mt.exp2(bound[t + 1][None, :] - gcum[t * SUB:(t + 1) * SUB, :])
-            k_end = k_end + (ke,)
-            kg = kg + (ke * mt.exp2(g_last - bound[t + 1])[None, :],)
-        _store_cols(kg_ptr, base, row_h, valid, mt.cat(kg, 0), K, c * KP, KP, RL)
-        next_aqk = ()
-        next_lsc = ()
-        for s in mt.static_range(NS):
-            ri = s * SUB + sub
-            rows_h = ri * H
-            valid_s = start + ri < end
-            rel = mt.exp2(gcum[s * SUB:(s + 1) * SUB, :] - bound[s][None, :])
-            q_rel = _load_cols(q_ptr, base, rows_h, valid_s, K, c * KP, KP, RL) * q_norm[s * SUB:(s + 1) * SUB][:, None] * rel
-            k_rel = _load_cols(k_ptr, base, rows_h, valid_s, K, c * KP, KP, RL) * k_norm[s * SUB:(s + 1) * SUB][:, None] * rel
-            _store_cols(qg_ptr, base, rows_h, valid_s, q_rel * (mt.exp2(bound[s]) * scale)[None, :], K, c * KP, KP, RL)
-            cols = ()
-            for t in mt.static_range(NS):
-                if t <= s:
-                    cols = cols + (k_end[t] * mt.exp2(bound[s] - bound[t + 1])[None, :],)
-                else:
-                    cols = cols + (mt.zeros((SUB, KP), mt.float32),)
-            col_t = mt.trans(mt.cat(cols, 0))
-            next_aqk = next_aqk + (mt.dot(q_rel, col_t, aqk[s], input_precision="tf32", k_chains=CHAINS),)
-            b_s = b[s * SUB:(s + 1) * SUB]
-            next_lsc = next_lsc + (mt.dot(k_rel * b_s[:, None], col_t, lsc[s], input_precision="tf32",
-                                          k_chains=CHAINS),)
-        aqk = next_aqk
-        lsc = next_lsc
-
-    lmat = ()
-    for s in mt.static_range(NS):
-        ri = s * SUB + sub
-        rows_h = ri * H
-        mt.store(aqk_ptr + base * BT + (rows_h[:, None] * BT + cj), mt.where(ri[:, None] >= cj, aqk[s] * scale, 0.0),
-                 mask=(start + ri < end)[:, None])
-        lmat = lmat + (mt.where(ri[:, None] > cj, lsc[s], 0.0),)
-    ainv = _ut_inverse(mt.cat(lmat, 0), ci, cj, SOLVE_PRECISION, STRUCTURED)
-    for c in mt.static_range(K // KP):
-        gate = _gate(g_ptr, mt.load(dt_bias_ptr + h * K + c * KP + mt.arange(0, KP)), base, row_h, valid,
-                     gate_scale, lower_bound, K, c * KP, KP, BT, SCAN_LAYOUT, WARPS)
-        k_wy = (_load_cols(k_ptr, base, row_h, valid, K, c * KP, KP, RL) * (k_norm * b)[:, None]
-                * mt.exp2(mt.cumsum(gate, axis=0) * RCP_LN2))
-        w = mt.dot(ainv, k_wy, input_precision="tf32", block_structure=_blocks(STRUCTURED, "lower", "full"))
-        _store_cols(w_ptr, base, row_h, valid, w, K, c * KP, KP)
-    WV = min(V, BT)
-    for c in mt.static_range(V // WV):
-        vb = _load_cols(v_ptr, base, row_h, valid, V, c * WV, WV) * b[:, None]
-        u = mt.dot(ainv, vb, input_precision="tf32", block_structure=_blocks(STRUCTURED, "lower", "full"))
-        _store_cols(u_ptr, base, row_h, valid, u, V, c * WV, WV)
-
-
 @mt.kernel(min_blocks_per_sm=1)
 def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
                                   w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
@@ -628,7 +488,7 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
                                   SOLVE_PRECISION: mt.constexpr, SCAN_LAYOUT: mt.constexpr = False,
                                   WARPS: mt.constexpr = 8, ACC_STORES: mt.constexpr = False,
                                   STRUCTURED: mt.constexpr = False, PREFETCH: mt.constexpr = False,
-                                  CHAINS: mt.constexpr = 1, KP: mt.constexpr = 0):
+                                  CHAINS: mt.constexpr = 1):
     """kda_intra_chunk_kernel with the score rows built per 16-row sub-chunk (INTRA_VARIANT "sliced"): static
     slices `x[16*s:16*s+16, :]` and `mt.cat` let each score row block be a [16, K] x [K, BT] dot (mma.sync with
     warps [1, 8]) placed into the [BT, BT] tile, so no score row is computed and dropped; every gate factor is
@@ -650,22 +510,13 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     CHAINS (SCORE_CHAINS): the score dots (Aqk and L rows, [16, K] x [K, BT], one accumulator tile a warp and K / 8
     tf32 K steps in one dependent chain) accumulate in CHAINS independent chains (`mt.dot(..., k_chains=)`).
 
-    KP (INTRA_K_PASS; 0: one pass): the chunk in passes of KP columns of K (`_sliced_chunk_kpass`), for the
-    register cap of two programs an SM. ACC_STORES does not apply to it.
-
     ACC_STORES (ACC_STORES): w, u and the Aqk rows are stored from their mma accumulators' layouts
     (`_store_block`), 4-byte pairs straight from the registers, instead of each going to the coalesced layout through
     shared memory first. At K3: bar.sync 81 -> 57, spills 28 -> 0 B, st.global 21 -> 49 (narrower stores).
     """
-    if KP:
-        _sliced_chunk_kpass(mt.program_id(0), mt.program_id(1), q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr,
-                            dt_bias_ptr, chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale,
-                            lower_bound, K, V, BT, SOLVE_PRECISION, SCAN_LAYOUT, WARPS, STRUCTURED, PREFETCH, CHAINS,
-                            KP)
-    else:
-        _sliced_chunk(mt.program_id(0), mt.program_id(1), q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr,
-                      dt_bias_ptr, chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
-                      K, V, BT, SOLVE_PRECISION, SCAN_LAYOUT, WARPS, ACC_STORES, STRUCTURED, PREFETCH, CHAINS)
+    _sliced_chunk(mt.program_id(0), mt.program_id(1), q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+                  chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K, V, BT,
+                  SOLVE_PRECISION, SCAN_LAYOUT, WARPS, ACC_STORES, STRUCTURED, PREFETCH, CHAINS)
 
 
 @mt.func
@@ -1418,9 +1269,6 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or SCORE_CHAINS != 1:
             scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
                         STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH, CHAINS=SCORE_CHAINS)
-        kp = _k_pass(K)
-        if kp:
-            scan.update(KP=kp, ACC_STORES=False)
     _launch(kernel, (n_chunks, H), args, K=K, V=V, BT=CHUNK, SOLVE_PRECISION="tf32", num_warps=INTRA_WARPS, **scan)
     return out
 
@@ -1437,16 +1285,6 @@ def _sliced_intra_kernel(blocks_per_sm: int):
     if blocks_per_sm not in _SLICED_BY_BLOCKS:
         _SLICED_BY_BLOCKS[blocks_per_sm] = mt.kernel(min_blocks_per_sm=blocks_per_sm)(kda_intra_chunk_sliced_kernel.fn)
     return _SLICED_BY_BLOCKS[blocks_per_sm]
-
-
-def _k_pass(K: int) -> int:
-    """The sliced phase 1's K pass width (INTRA_K_PASS), 0 for one pass over the whole head."""
-    if INTRA_K_PASS is None or INTRA_K_PASS >= K:
-        return 0
-    if INTRA_K_PASS < 16 or K % INTRA_K_PASS or INTRA_K_PASS & (INTRA_K_PASS - 1):
-        raise ValueError(f"flash_kda.INTRA_K_PASS must be None or a power of two >= 16 dividing K = {K}, "
-                         f"got {INTRA_K_PASS!r}")
-    return INTRA_K_PASS
 
 
 def intra_variant_for(variant: str, K: int) -> str:
