@@ -128,6 +128,10 @@ WS_PRODUCER_REGISTERS = 40
 # call 586.9 -> 603.9 us at T8192 H12 (the merge's longer chain: 34.4 -> 60.7), 2538.7 -> 2411.4 at T32768 H16,
 # 2554.5 both at T131072 H4. On.
 WS_CP_PROGRAMS = True
+# The merge asks each next map into L1 while composing the current one (kda_merge_kernel PREFETCH). Built
+# 2026-12-07 (16:4x UTC), not timed: off. The merge is one chain a (sequence, head, column block): 259 us for 31 steps
+# at B1 T131072 H4 on 8 programs (H100), ~8 us a step for 2 x 3 tf32 [64, 128] x [128, 64] products.
+MERGE_PREFETCH = False
 MERGE_WARPS = 8  # kda_merge_kernel: at 4 warps it spills 2.4 KB (8 warps: 0.1 KB); it runs once per CP call
 # The merge's [K, K] x [K, BV] compositions: "ieee" (CUDA-core FMAs; 69.8 us at B1 T8192 H12 for 24 programs of 4
 # serial steps, 2026-12-02) or "tf32x3" (tensor cores at ~fp32 accuracy: ~2^-21 a product). Measured (H100,
@@ -987,11 +991,14 @@ def kda_recurrence_ws_kernel(w_tma, kg_tma, qg_tma, aqk_tma, u_ptr, decay_ptr, o
 @mt.kernel(min_blocks_per_sm=1)
 def kda_merge_kernel(maps_ptr, h0_ptr, s_in_ptr, seq_ptr, H, h0_sn, h0_sh, h0_sk, h0_sv,
                      K: mt.constexpr, V: mt.constexpr, BV: mt.constexpr, HAS_H0: mt.constexpr,
-                     PRECISION: mt.constexpr = "ieee", MB: mt.constexpr = 64):
+                     PRECISION: mt.constexpr = "ieee", MB: mt.constexpr = 64, PREFETCH: mt.constexpr = False):
     """One (column block, sequence, head): the incoming state of each of the sequence's segments,
     S_0 = h0, S_{j+1} = M_j S_j + E_j, composed in f32 (PRECISION "ieee": CUDA-core FMAs; "tf32x3": three tf32
     mma.sync per K step, ~2^-21 relative per product). seq_ptr rows: (first segment, segments, first map).
-    maps are [maps, H, K, K+V] f32 ([M | E]); s_in is [segments, H, K, V] f32."""
+    maps are [maps, H, K, K+V] f32 ([M | E]); s_in is [segments, H, K, V] f32.
+
+    PREFETCH (MERGE_PREFETCH; K and BV multiples of 32): each step first asks the next map's M rows and E columns
+    into L1, so that the chain's next loads (64 KB of M at K = 128) do not start only after this step's dot."""
     NVB = V // BV
     pid = mt.program_id(0)
     vb = pid % NVB
@@ -1010,6 +1017,13 @@ def kda_merge_kernel(maps_ptr, h0_ptr, s_in_ptr, seq_ptr, H, h0_sn, h0_sh, h0_sk
     mt.store(s_in_ptr + ((first.to(mt.int64) * H + h) * K + rk[:, None]) * V + cols[None, :], state)
     for j in range(0, count - 1):
         base = ((map0 + j).to(mt.int64) * H + h) * K * (K + V)
+        if PREFETCH:
+            ahead = base + H * K * (K + V)  # map j + 1 of this head, when there is one
+            more = (rk[:, None] * 0 + j + 1) < count - 1
+            m_lines = mt.arange(0, K // 32) * 32  # one pointer per 128-byte line of f32
+            e_lines = K + vb * BV + mt.arange(0, BV // 32) * 32
+            mt.prefetch(maps_ptr + ahead + rk[:, None] * (K + V) + m_lines[None, :], mask=more, level="L1")
+            mt.prefetch(maps_ptr + ahead + rk[:, None] * (K + V) + e_lines[None, :], mask=more, level="L1")
         if PRECISION == "ieee":
             m = mt.load(maps_ptr + base + rk[:, None] * (K + V) + rk[None, :])
             e = mt.load(maps_ptr + base + rk[:, None] * (K + V) + K + cols[None, :])
@@ -1394,7 +1408,8 @@ def _segment_states(f: dict[str, torch.Tensor], tables: Tables, h0: torch.Tensor
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     _launch(kda_merge_kernel, (V // bv * tables.sequences.shape[0] * H,), (
         maps, h0 if h0 is not None else s_in, s_in, tables.sequences, H, *h0_strides),
-        K=K, V=V, BV=bv, HAS_H0=h0 is not None, PRECISION=MERGE_PRECISION, MB=min(K, 64), num_warps=MERGE_WARPS)
+        K=K, V=V, BV=bv, HAS_H0=h0 is not None, PRECISION=MERGE_PRECISION, MB=min(K, 64),
+        PREFETCH=MERGE_PREFETCH and K % 32 == 0 and bv % 32 == 0, num_warps=MERGE_WARPS)
     return s_in
 
 

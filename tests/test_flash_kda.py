@@ -326,7 +326,8 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
                                      "sliced_split_update",
                                      "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps",
                                      "sliced_k128_recurrence_transposed_wgmma",
-                                     "sliced_k128_recurrence_transposed_wgmma_unfused"])
+                                     "sliced_k128_recurrence_transposed_wgmma_unfused",
+                                     "sliced_k128_merge_prefetch"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -364,6 +365,10 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
         monkeypatch.setattr(flash_kda, "INTRA_PREFETCH", False)
         monkeypatch.setattr(flash_kda, "SCORE_CHAINS", 1)
     head = 16
+    if variant == "sliced_k128_merge_prefetch":  # K3's head size, the merge prefetching each next map into L1
+        variant, head = "sliced", 128
+        monkeypatch.setattr(flash_kda, "MERGE_PREFETCH", True)
+        monkeypatch.setattr(flash_kda, "RECURRENCE_WS", False)  # the launch list below; WS has its own test
     if variant.startswith("sliced_k128_recurrence"):  # K3's head size: the recurrence's big dots on wgmma
         if variant.endswith("8_warps"):  # two warpgroups: the [2 BT, K] dots on wgmma, the [BT, ...] ones not
             monkeypatch.setattr(flash_kda, "RECURRENCE_WARPS", 8)
