@@ -40,6 +40,34 @@ if [ -d .mtcache ]; then  # kernels compiled on the CPU machine (tools/prebuild_
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 
+# The peers' Triton kernels (fla's, triton_kernels') compile and autotune on first use: ~60-80 s a FlashKDA shape on a
+# fresh machine. fla keeps its autotune choices in Triton's cache (FLA_CACHE_RESULTS, on by default), so the cache of
+# an earlier call, carried as .triton_cache.tgz (git-ignored; the last call left it in $OUT as triton_cache.tgz),
+# skips both. It is used only on the GPU model it was made on (its DEVICE file), so the peer keeps its own choices.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+mkdir -p "$TRITON_CACHE_DIR"
+if [ -f .triton_cache.tgz ]; then
+    mkdir -p /tmp/triton_cache_in && tar xzf .triton_cache.tgz -C /tmp/triton_cache_in
+    if [ "$(cat /tmp/triton_cache_in/DEVICE 2>/dev/null)" = "$gpu_name" ]; then
+        cp -r /tmp/triton_cache_in/. "$TRITON_CACHE_DIR"/ && echo "triton cache: carried ($gpu_name)"
+    else
+        echo "triton cache: carried one is from '$(cat /tmp/triton_cache_in/DEVICE 2>/dev/null)', not '$gpu_name': not used"
+    fi
+fi
+save_triton_cache() {  # into $OUT for the next call, if it fits what comes back (16 MiB a file)
+    echo "$gpu_name" > "$TRITON_CACHE_DIR/DEVICE"
+    tar czf "$OUT/triton_cache.tgz" -C "$TRITON_CACHE_DIR" . 2>/dev/null || return 0
+    local size
+    size=$(stat -c %s "$OUT/triton_cache.tgz")
+    if [ "$size" -gt $((16 * 1024 * 1024)) ]; then
+        rm -f "$OUT/triton_cache.tgz"
+        echo "triton cache: $size bytes, over the 16 MiB a returned file may have: not saved"
+    else
+        echo "triton cache: $size bytes saved as \$OUT/triton_cache.tgz (carry it as .triton_cache.tgz)"
+    fi
+}
+
 declare -A LIMIT=([tests]=480 [kda]=240 [kdabench]=240 [flashbench]=420 [warp]=300 [gemm]=240 [flash]=420 [sanitize]=420 [ncu]=300 [lines]=400)
 for name in "${!LIMIT[@]}"; do  # LIMIT_<step>=seconds overrides a time box (to fit steps into one device call)
     override="LIMIT_$name"
@@ -95,6 +123,7 @@ for s in $steps; do
     esac
 done
 
+save_triton_cache
 echo
 echo "================================ summary ================================"
 printf "%s\n" "${summary[@]}"
