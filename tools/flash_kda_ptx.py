@@ -62,12 +62,15 @@ def compile_launch(kernel, args, constexprs) -> tuple:  # type: ignore[no-untype
     """(CompiledKernel, Counter of (innermost loop) -> bar.sync) for one recorded launch."""
     from minitriton.compiler import compile_kernel
     from minitriton.ir.types import PointerType, ScalarType
+    from minitriton.runtime import TensorDescriptor
 
     types, divisible = {}, {}
     for name, a in zip(kernel.runtime_params, args):
         if isinstance(a, torch.Tensor):
             types[name] = PointerType(ScalarType(DTYPES[a.dtype]))
             divisible[name] = 16
+        elif isinstance(a, TensorDescriptor):  # the warp-specialized recurrence's TMA operands
+            types[name] = a.type
         else:
             types[name] = ScalarType("f32" if isinstance(a, float) else "i32")
     options = dict(constexprs)
