@@ -624,6 +624,11 @@ def test_flash_kda_ptx_tool_compiles_every_launched_kernel() -> None:
     for kernel, _, args, constexprs in launches[:2]:
         compiled, loops = tool.compile_launch(kernel, args, constexprs)
         assert compiled.ptx and sum(loops.values()) == compiled.ptx.count("bar.sync")
+    # at K = V = 64 the recurrence is the warp-specialized kernel, whose TMA operands are TensorDescriptors
+    ws = [x for x in tool.recorded_launches(128, 1, 64, 64, None) if x[0].__name__ == "kda_recurrence_ws_kernel"]
+    assert ws
+    kernel, _, args, constexprs = ws[0]
+    assert "cp.async.bulk.tensor" in tool.compile_launch(kernel, args, constexprs)[0].ptx
 
 
 WS_OUTPUTS = ("o_ptr", "ht_ptr")
