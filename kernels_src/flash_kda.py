@@ -1247,7 +1247,7 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
 def _planned_block(K: int, V: int, bv: int) -> int:
     """The state columns a recurrence program holds, as the context-parallel planner counts programs."""
     if RECURRENCE_WS and WS_CP_PROGRAMS and ws_recurrence_fits(K, V):
-        return min(WS_STATE_BLOCK, V, K)
+        return ws_state_block(K, V)
     return bv
 
 
@@ -1357,14 +1357,19 @@ def ws_recurrence_fits(K: int, V: int) -> bool:
     """Whether kda_recurrence_ws_kernel takes heads of K x V (its TMA boxes are 64 columns wide, its state block a
     multiple of one warpgroup's 64 rows); other heads run kda_recurrence_kernel (with the bf16x2 update, which the
     warp-specialized kernel always uses)."""
-    return K % WS_BOX_COLUMNS == 0 and min(WS_STATE_BLOCK, V, K) % 64 == 0 and STATE_PRECISION == "bf16x2"
+    return K % WS_BOX_COLUMNS == 0 and ws_state_block(K, V) % 64 == 0 and STATE_PRECISION == "bf16x2"
+
+
+def ws_state_block(K: int, V: int) -> int:
+    """The state columns one kda_recurrence_ws_kernel program holds (its BV)."""
+    return min(WS_STATE_BLOCK, V, K)
 
 
 def _recurrence_ws(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Tensor | None, h0_v_first: bool,
                    ht: torch.Tensor | None, ht_v_first: bool, segments: torch.Tensor, H: int, K: int, V: int,
                    transition: bool) -> None:
     """_recurrence with kda_recurrence_ws_kernel (RECURRENCE_WS): WS_STATE_BLOCK columns a program."""
-    bv = min(WS_STATE_BLOCK, V, K)
+    bv = ws_state_block(K, V)
     spare = f["decay"]
     h0_strides = _state_strides(h0, h0_v_first) if h0 is not None else (0, 0, 0, 0)
     ht_strides = _state_strides(ht, ht_v_first) if ht is not None else (0, 0, 0, 0)

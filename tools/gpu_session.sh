@@ -40,8 +40,8 @@ if [ -d .mtcache ]; then  # kernels compiled on the CPU machine (tools/prebuild_
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 
-# The peers' Triton kernels (fla's, triton_kernels') compile and autotune on first use: ~60-80 s a FlashKDA shape on a
-# fresh machine. fla keeps its autotune choices in Triton's cache (FLA_CACHE_RESULTS, on by default), so the cache of
+# The peers' Triton kernels (fla's, triton_kernels') compile and autotune on first use (on a fresh machine
+# bench_flash_kda takes ~100 s a shape, probably mostly that; not measured apart). fla keeps its autotune choices in Triton's cache (FLA_CACHE_RESULTS, on by default), so the cache of
 # an earlier call, carried as .triton_cache.tgz (git-ignored; the last call left it in $OUT as triton_cache.tgz),
 # skips both. It is used only on the GPU model it was made on (its DEVICE file), so the peer keeps its own choices.
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}
