@@ -83,8 +83,14 @@ INTRA_PREFETCH = True
 SCORE_CHAINS = 2
 # Measured slower and removed (2026-12-07, H100; docs/kernels/flash_kda.md): the next wave's rows into L2
 # (INTRA_PREFETCH_NEXT, +7% over INTRA_PREFETCH) and phase 1 as a persistent grid (INTRA_PERSISTENT, +22%).
-INTRA_VARIANTS = ("sliced", "chunk64", "sub16")
-SLICED_MAX_K = 128  # above it "sliced" runs as "sub16" (intra_variant_for)
+INTRA_VARIANTS = ("sliced", "chunk64", "sub16", "wg")
+SLICED_MAX_K = 128  # above it "sliced" and "wg" run as "sub16" (intra_variant_for)
+# The "wg" phase 1 (kda_intra_chunk_wg_kernel): how many bf16 parts each product's operands get (_split_dot: 1, 2
+# or 3), and ptxas's resident-program target.
+WG_SCORE_SPLIT = 1
+WG_SOLVE_SPLIT = 1
+WG_WY_SPLIT = 2
+WG_BLOCKS_PER_SM = 2
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
 # Phase 2's dot operands through carried pointers, so the pipeline pass rings them (kda_recurrence_kernel CARRIED).
 # Off: measured slower (H100, 2026-12-07: the recurrence 339.5 against 316.6 us at T8192 H12, +7%). At K3 the output
@@ -521,6 +527,184 @@ def kda_intra_chunk_sliced_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_pt
     _sliced_chunk(mt.program_id(0), mt.program_id(1), q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
                   chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K, V, BT,
                   SOLVE_PRECISION, SCAN_LAYOUT, WARPS, ACC_STORES, STRUCTURED, PREFETCH, CHAINS)
+
+
+# ------------------------------------------------------------------------------------------------ phase 1 on wgmma
+# (INTRA_VARIANT "wg"): one warpgroup a chunk-head, every product a bf16 wgmma, f32 accuracy bought back by
+# splitting an operand into bf16 hi + lo parts where it matters (WG_SPLIT_*). docs/kernels/flash_kda.md,
+# "Phase 1 on one warpgroup".
+
+
+@mt.func
+def _wg_layout(BT: mt.constexpr, K: mt.constexpr):
+    """[BT, K] on one warpgroup: a warp per 16-row sub-chunk, 8 consecutive columns a thread (16-byte loads,
+    stores and operand staging), so a row's sums are a warp's shuffles and a sub-chunk's scans stay in the warp
+    (8 x 8 elements a thread at K = 128). Split as [BT // SUB, SUB, K] (`_wg_sub`) it keeps every element in its
+    thread."""
+    CPT = min(8, K)
+    LC = min(16, K // CPT)  # lanes along the columns
+    LR = 32 // LC
+    return mt.blocked([SUB // LR, CPT], [LR, LC], [BT // SUB, 1], [1, 0])
+
+
+@mt.func
+def _wg_sub(x, BT: mt.constexpr, K: mt.constexpr):
+    """[BT, K] -> [sub-chunk, row in it, K]: per-sub-chunk quantities are then [BT // SUB, K] tiles broadcast
+    along axis 1 (a thread's rows all lie in one sub-chunk: no per-element select of its reference)."""
+    return x.reshape((BT // SUB, SUB, K))
+
+
+@mt.func
+def _bf16_split(x):
+    """x = hi + lo with hi = bf16(x) and lo = bf16(x - hi): 16 significant bits of x in two bf16 tiles."""
+    hi = x.to(mt.bfloat16)
+    return hi, (x - hi.to(mt.float32)).to(mt.bfloat16)
+
+
+@mt.func
+def _split_dot(a, b, SPLIT: mt.constexpr):
+    """a @ b (f32 tiles) on bf16 tensor cores: SPLIT 1 rounds both operands to bf16 (8 bits); 2 splits a into hi + lo
+    (a exact to 16 bits, b to 8); 3 splits both and sums hi.hi + lo.hi + hi.lo (about 16 bits each: tf32's accuracy
+    and more, at 3 products)."""
+    if SPLIT == 1:  # (an operand already in bf16 converts to itself)
+        return mt.dot(a.to(mt.bfloat16), b.to(mt.bfloat16))
+    a_hi, a_lo = _bf16_split(a)
+    if SPLIT == 2:
+        b16 = b.to(mt.bfloat16)
+        return mt.dot(a_lo, b16, mt.dot(a_hi, b16))
+    b_hi, b_lo = _bf16_split(b)
+    return mt.dot(a_hi, b_lo, mt.dot(a_lo, b_hi, mt.dot(a_hi, b_hi)))
+
+
+@mt.func
+def _wg_unit_lower_inverse(n_mat, eye, SPLIT: mt.constexpr):
+    """_unit_lower_inverse on split bf16 dots."""
+    power = n_mat
+    inv = eye + n_mat
+    for _ in mt.static_range(NEUMANN_STEPS):
+        power = _split_dot(power, power, SPLIT)
+        inv = inv + _split_dot(inv, power, SPLIT)
+    return inv
+
+
+@mt.func
+def _wg_ut_inverse(lmat, ci, cj, SPLIT: mt.constexpr):
+    """_ut_inverse on split bf16 dots."""
+    eye = (ci == cj).to(mt.float32)
+    same_block = (ci // SUB) == (cj // SUB)
+    d_inv = _wg_unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SPLIT)
+    m = _split_dot(d_inv, mt.where(same_block, 0.0, lmat), SPLIT)
+    m2 = _split_dot(m, m, SPLIT)
+    step = d_inv - _split_dot(m, d_inv, SPLIT)
+    return step + _split_dot(m2, step, SPLIT)
+
+
+@mt.func
+def _wg_rows(ptr, base, row_h, valid, COLS: mt.constexpr, LAYOUT: mt.constexpr):
+    """_load_rows in register layout LAYOUT."""
+    cols = mt.arange(0, COLS)
+    return mt.load(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), mask=valid[:, None], other=0.0,
+                   layout=LAYOUT).to(mt.float32)
+
+
+@mt.func
+def _wg_scores(rows, k_end, bstart, bend, SPLIT: mt.constexpr, BT: mt.constexpr, K: mt.constexpr):
+    """[BT, BT] scores rows . cols^T, unmasked: row block s (rows 16s..16s+15, each row side scaled to its own
+    sub-chunk's reference) against the columns up to the end of sub-chunk s, whose column block t <= s is k_end[t]
+    2^(bound[s] - bound[t+1]) (<= 1; 1 on the diagonal block) and later blocks 0. Whole-chunk dots (wgmma is 64
+    rows a warpgroup), each keeping the rows of its sub-chunk."""
+    NS = BT // SUB
+    rb = mt.arange(0, BT)[:, None] // SUB
+    sub_t = mt.arange(0, NS)[:, None]
+    scores = mt.zeros((BT, BT), mt.float32)
+    for s in mt.static_range(NS):
+        bs = mt.sum(mt.where(sub_t == s, bstart, 0.0), axis=0)
+        factor = mt.where(sub_t <= s, mt.exp2(bs[None, :] - bend), 0.0)
+        col_t = mt.trans((k_end * factor[:, None, :].to(mt.bfloat16)).reshape((BT, K)))
+        scores = mt.where(rb == s, _split_dot(rows, col_t, SPLIT), scores)
+    return scores
+
+
+@mt.func
+def _wg_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr, w_ptr, u_ptr,
+              kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K: mt.constexpr, V: mt.constexpr,
+              BT: mt.constexpr, SCORE_SPLIT: mt.constexpr, SOLVE_SPLIT: mt.constexpr, WY_SPLIT: mt.constexpr,
+              PREFETCH: mt.constexpr):
+    """One chunk-head of phase 1 on one warpgroup (the body of kda_intra_chunk_wg_kernel). Gate quantities are
+    kept per sub-chunk: gl = G - bound[s] (the in-sub-chunk cumsum, log2 units), tot[s] = the sub-chunk's sum,
+    bstart[s] / bend[s] = G just before / at the end of sub-chunk s ([NS, K] tiles)."""
+    start = mt.load(chunk_ptr + 2 * chunk)
+    end = mt.load(chunk_ptr + 2 * chunk + 1)
+    NS = BT // SUB
+    rt = mt.arange(0, BT)
+    cj = rt[None, :]
+    ci = rt[:, None]
+    valid = start + rt < end
+    base = start.to(mt.int64) * H + h
+    row_h = rt * H
+    EL = _wg_layout(BT, K)
+    if PREFETCH:
+        _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, base, row_h, valid, K, V, "L1")
+    gate_scale = mt.exp(mt.load(a_log_ptr + h))
+    gate_bias = mt.load(dt_bias_ptr + h * K + mt.arange(0, K))
+    graw = _wg_rows(g_ptr, base, row_h, valid, K, EL)
+    gate = mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
+    gate3 = _wg_sub(gate * RCP_LN2, BT, K)
+    gl = mt.cumsum(gate3, axis=1)  # G - bound[s]: <= 0, >= -115.4 (16 rows at the -5 floor)
+    tot = mt.sum(gate3, axis=1)
+    bend = mt.cumsum(tot, axis=0)
+    bstart = bend - tot
+    g_last = mt.sum(tot, axis=0)
+    b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
+
+    # rel = 2^(G - bound[s]) and k_end = k 2^(bound[s+1] - G), both in [2^-115, 1]; kg, qg and w's right factor
+    # (beta k 2^G) are these times per-sub-chunk factors.
+    # (in this order, so that at most three [BT, K] f32 tiles are live: registers)
+    kk = _wg_sub(_l2_normalize_fast(_wg_rows(k_ptr, base, row_h, valid, K, EL)), BT, K)
+    k_end = kk * mt.exp2(tot[:, None, :] - gl)
+    _store_rows(kg_ptr, base, row_h, valid, (k_end * mt.exp2(g_last[None, :] - bend)[:, None, :]).reshape((BT, K)), K)
+    k_end = k_end.to(mt.bfloat16)
+    rel = mt.exp2(gl)
+    kb_rel = (kk * rel).reshape((BT, K)) * b[:, None]
+    if SCORE_SPLIT == 1:
+        kb_rel = kb_rel.to(mt.bfloat16)
+    q_rel = _wg_sub(_l2_normalize_fast(_wg_rows(q_ptr, base, row_h, valid, K, EL)), BT, K) * rel
+    from_start = mt.exp2(bstart)[:, None, :]
+    _store_rows(qg_ptr, base, row_h, valid, (q_rel * (from_start * scale)).reshape((BT, K)), K)
+    q_rel = q_rel.reshape((BT, K))
+    if SCORE_SPLIT == 1:  # the score dots' A operands in bf16 once (the dots round them anyway): half the registers
+        q_rel = q_rel.to(mt.bfloat16)
+
+    # Aqk first and stored, then L: q_rel and the Aqk rows are dead before L's tiles live (registers).
+    aqk = _wg_scores(q_rel, k_end, bstart, bend, SCORE_SPLIT, BT, K)
+    mt.store(aqk_ptr + base * BT + (row_h[:, None] * BT + cj), mt.where(ci >= cj, aqk * scale, 0.0),
+             mask=valid[:, None])
+    lmat = _wg_scores(kb_rel, k_end, bstart, bend, SCORE_SPLIT, BT, K)
+    ainv = _wg_ut_inverse(mt.where(ci > cj, lmat, 0.0), ci, cj, SOLVE_SPLIT)
+
+    k_wy = (_wg_sub(kb_rel.to(mt.float32), BT, K) * from_start).reshape((BT, K))
+    _store_rows(w_ptr, base, row_h, valid, _split_dot(ainv, k_wy, WY_SPLIT), K)
+    vb = _wg_rows(v_ptr, base, row_h, valid, V, _wg_layout(BT, V)) * b[:, None]
+    _store_rows(u_ptr, base, row_h, valid, _split_dot(ainv, vb, WY_SPLIT), V)
+    mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
+
+
+@mt.kernel(num_warps=4)
+def kda_intra_chunk_wg_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
+                              w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
+                              K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, SCORE_SPLIT: mt.constexpr = 2,
+                              SOLVE_SPLIT: mt.constexpr = 3, WY_SPLIT: mt.constexpr = 2,
+                              PREFETCH: mt.constexpr = True):
+    """Phase 1 on one warpgroup (INTRA_VARIANT "wg"): the sliced kernel's math with every product a bf16 wgmma
+    (m64nNk16: the whole 64-row chunk on four warps), so no operand goes through mma.sync's ldmatrix fragments and
+    no tile is split across two warpgroups. The score rows of sub-chunk s come from a whole-chunk dot whose other
+    rows are dropped (4x the score MACs, which are cheap on wgmma). The f32 accuracy of the tf32 dots is kept by
+    splitting operands into bf16 hi + lo (`_split_dot`): SCORE_SPLIT for the Aqk / L scores, SOLVE_SPLIT for the
+    UT inverse's ten products, WY_SPLIT for w and u (1: bf16 operands; 2: the left one split; 3: both).
+    PREFETCH: the chunk's rows into L1 first (as the sliced kernel's)."""
+    _wg_chunk(mt.program_id(0), mt.program_id(1), q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+              chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K, V, BT,
+              SCORE_SPLIT, SOLVE_SPLIT, WY_SPLIT, PREFETCH)
 
 
 @mt.func
@@ -1278,6 +1462,11 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel, args = kda_intra_chunk_sub16_kernel, args + (float(2.0 ** shift), float(2.0 ** -shift))
     elif variant == "chunk64":
         kernel = kda_intra_chunk_kernel
+    elif variant == "wg":
+        _launch(_wg_intra_kernel(WG_BLOCKS_PER_SM), (n_chunks, H), args, K=K, V=V, BT=CHUNK,
+                SCORE_SPLIT=WG_SCORE_SPLIT, SOLVE_SPLIT=WG_SOLVE_SPLIT, WY_SPLIT=WG_WY_SPLIT,
+                PREFETCH=INTRA_PREFETCH, num_warps=4)
+        return out
     else:
         kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
         if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or SCORE_CHAINS != 1:
@@ -1301,12 +1490,25 @@ def _sliced_intra_kernel(blocks_per_sm: int):
     return _SLICED_BY_BLOCKS[blocks_per_sm]
 
 
+_WG_BY_BLOCKS: dict[int, object] = {}
+
+
+def _wg_intra_kernel(blocks_per_sm: int):
+    """The "wg" phase-1 kernel compiled for `blocks_per_sm` resident programs an SM (WG_BLOCKS_PER_SM)."""
+    if not isinstance(blocks_per_sm, int) or not 1 <= blocks_per_sm <= 4:
+        raise ValueError(f"flash_kda.WG_BLOCKS_PER_SM must be 1, 2, 3 or 4, got {blocks_per_sm!r}")
+    if blocks_per_sm not in _WG_BY_BLOCKS:
+        _WG_BY_BLOCKS[blocks_per_sm] = mt.kernel(num_warps=4, min_blocks_per_sm=blocks_per_sm)(
+            kda_intra_chunk_wg_kernel.fn)
+    return _WG_BY_BLOCKS[blocks_per_sm]
+
+
 def intra_variant_for(variant: str, K: int) -> str:
     """The phase-1 kernel that runs for `variant` at head dim K: "sliced" above SLICED_MAX_K runs "sub16" (its
     [64, K] gate cumsum needs 64 KB of shared memory at K = 256, over the 48 KB static budget)."""
     if variant not in INTRA_VARIANTS:
         raise ValueError(f"the phase-1 variant must be one of {INTRA_VARIANTS}, got {variant!r}")
-    return "sub16" if variant == "sliced" and K > SLICED_MAX_K else variant
+    return "sub16" if variant in ("sliced", "wg") and K > SLICED_MAX_K else variant
 
 
 def _recurrence(f: dict[str, torch.Tensor], o: torch.Tensor | None, h0: torch.Tensor | None, h0_v_first: bool,

@@ -30,8 +30,8 @@ How layouts are chosen (Triton's convert_to_ttgpuir + coalesce + remove_layout_c
    stores and carried values use one layout for all; reduce gives slice(axis, L) of its operand's L;
    expand_dims takes slice(axis, L) and gives L; trans permutes a blocked layout (free in registers); reshape
    and the a / b operands of dot are free (the codegen moves them through shared memory), except that a reshape
-   which only splits dims takes, from its operand's side, the blocked layout keeping every element in its thread
-   (`split_layout`: a register rename) when there is one. A static slice (extract_slice) takes its source's
+   which only splits or only merges dims takes, from its operand's side, the blocked layout keeping every element
+   in its thread (`split_layout` / `merge_layout`: a register rename) when there is one. A static slice (extract_slice) takes its source's
    layout when that makes it a register selection (`subtile_layout`), else its consumers decide and the codegen
    moves the elements; a concat and its pieces share the result's layout when every piece is then a register
    selection of the result, else the pieces are free (docs/layouts.md). A width-changing bitcast
@@ -77,7 +77,7 @@ from minitriton.ir import Block, Module, Operation, Value
 from minitriton.ir.core import insert_after_definition
 from minitriton.ir.layouts import (WARP_SIZE, blocked, blocked_equivalent, blocked_for_shape, default_layout, is_blocked,
                                    is_slice, layouts_equivalent, permute_layout, registers_in_box, slice_of,
-                                   split_layout, subtile_layout, thread_map, vector_groups)
+                                   merge_layout, split_layout, subtile_layout, thread_map, vector_groups)
 from minitriton.ir.mma_layouts import is_accumulator_blocked
 from minitriton.ir.ops import CACHE_LINE_BYTES, OPS
 from minitriton.ir.types import LayoutAttr, PointerType, TensorType, layout
@@ -187,9 +187,10 @@ def _rule(node: _Node, hint_def: Value | None, hint_use: Slot | None, hint: Layo
             return {op.result: permute_layout(hint, perm)}, {(op, 0): hint}
         return None
     if name == "mt.reshape":
-        if hint_def is None:  # from the operand: only a split that keeps every element in its thread
-            split = split_layout(hint, op.operands[0].type.shape, op.result.type.shape)
-            return None if split is None else ({op.result: split}, {(op, 0): hint})
+        if hint_def is None:  # from the operand: only a split or merge that keeps every element in its thread
+            src, dst = op.operands[0].type.shape, op.result.type.shape
+            renamed = split_layout(hint, src, dst) or merge_layout(hint, src, dst)
+            return None if renamed is None else ({op.result: renamed}, {(op, 0): hint})
         return {op.result: hint}, {(op, 0): None}
     if name == "mt.extract_slice":
         if hint_def is not None:  # the small side does not choose the source's layout: any source will do

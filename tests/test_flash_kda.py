@@ -312,7 +312,7 @@ def test_error_figure_detects_a_wrong_gate_convention(interpret):
 # ------------------------------------------------------------------------- compiled PTX on the simulator
 
 PHASE1_KERNELS = {"chunk64": "kda_intra_chunk_kernel", "sub16": "kda_intra_chunk_sub16_kernel",
-                  "sliced": "kda_intra_chunk_sliced_kernel"}
+                  "sliced": "kda_intra_chunk_sliced_kernel", "wg": "kda_intra_chunk_wg_kernel"}
 KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
     **{name: ("w_ptr", "u_ptr", "kg_ptr", "qg_ptr", "aqk_ptr", "decay_ptr")
        for name in PHASE1_KERNELS.values()},
@@ -327,7 +327,7 @@ KERNEL_OUTPUTS = {  # the pointer arguments each kernel writes
                                      "sliced_k128_recurrence_wgmma", "sliced_k128_recurrence_wgmma_8_warps",
                                      "sliced_k128_recurrence_transposed_wgmma",
                                      "sliced_k128_recurrence_transposed_wgmma_unfused",
-                                     "sliced_k128_merge_prefetch"])
+                                     "sliced_k128_merge_prefetch", "wg_k128"])
 def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     """Every launch of a context-parallel chunk_kda (all three kernels, both recurrence modes, each phase-1
     variant) is replayed from its inputs as PTX on tests/ptx_sim.py, outputs poisoned; the results must equal the
@@ -368,6 +368,9 @@ def test_compiled_ptx_matches_the_interpreter(interpret, monkeypatch, variant):
     if variant == "sliced_k128_merge_prefetch":  # K3's head size, the merge prefetching each next map into L1
         variant, head = "sliced", 128
         monkeypatch.setattr(flash_kda, "MERGE_PREFETCH", True)
+        monkeypatch.setattr(flash_kda, "RECURRENCE_WS", False)  # the launch list below; WS has its own test
+    if variant == "wg_k128":  # phase 1 on one warpgroup at K3's head size (8 x 8 elements a thread, 16 lanes a row)
+        variant, head = "wg", 128
         monkeypatch.setattr(flash_kda, "RECURRENCE_WS", False)  # the launch list below; WS has its own test
     if variant.startswith("sliced_k128_recurrence"):  # K3's head size: the recurrence's big dots on wgmma
         if variant.endswith("8_warps"):  # two warpgroups: the [2 BT, K] dots on wgmma, the [BT, ...] ones not

@@ -47,7 +47,7 @@ OUT_BOUND, STATE_BOUND = 1e-2, 5e-3
 DEFAULT_SHAPES = [(1, 32768, 16), (1, 8192, 12)]
 ORACLE_SHAPE = (1, 1000, 4, 128)  # B, T, H, K = V of the oracle check (as tests/test_flash_kda.py's GPU tests)
 PHASE1 = {"sliced": flash_kda.kda_intra_chunk_sliced_kernel, "chunk64": flash_kda.kda_intra_chunk_kernel,
-          "sub16": flash_kda.kda_intra_chunk_sub16_kernel}
+          "sub16": flash_kda.kda_intra_chunk_sub16_kernel, "wg": flash_kda.kda_intra_chunk_wg_kernel}
 
 
 # ---------------------------------------------------------------------------------------------------- GPU

@@ -531,12 +531,68 @@ def _split_layout(enc: LayoutAttr, src: tuple[int, ...], dst: tuple[int, ...]) -
         spt[outer], tpw[outer], wpc[outer] = spt[outer] * left[0], tpw[outer] * left[1], wpc[outer] * left[2]
     order = [e for d in enc.get("order") for e in reversed(groups[d])]
     cand = blocked(spt, tpw, wpc, order)
+    return cand if _same_thread_elements(enc, src, cand, dst) else None
+
+
+def merge_layout(enc: LayoutAttr, src_shape: Sequence[int], dst_shape: Sequence[int]) -> LayoutAttr | None:
+    """split_layout's inverse: a blocked layout of `dst_shape` for a row-major reshape that merges consecutive dims
+    of src_shape (each result dim is a run of source dims of the same total size) with every element in the
+    thread that holds it in `enc`, or None. A run merges when, from its innermost dim outwards, the distribution
+    stays register -> lanes -> warps (a dim spread over lanes or warps leaves the dims outside it only the same
+    level or above), checked thread by thread."""
+    if not is_blocked(enc) or tuple(src_shape) == tuple(dst_shape) or len(dst_shape) >= len(src_shape):
+        return None
+    return _merge_layout(enc, tuple(src_shape), tuple(dst_shape))
+
+
+@lru_cache(maxsize=1024)
+def _merge_layout(enc: LayoutAttr, src: tuple[int, ...], dst: tuple[int, ...]) -> LayoutAttr | None:
+    groups: list[list[int]] = []  # the source dims each result dim is made of
+    i = 0
+    for size in dst:
+        group, prod = [], 1
+        while i < len(src) and (prod < size or (src[i] == 1 and not group)):
+            group.append(i)
+            prod *= src[i]
+            i += 1
+        if prod != size or not group:
+            return None
+        groups.append(group)
+    if i != len(src):
+        return None
+    levels = ("sizePerThread", "threadsPerWarp", "warpsPerCTA")
+    spt, tpw, wpc = [], [], []
+    for group in groups:
+        merged, level = [1, 1, 1], 0
+        for d in reversed(group):  # innermost source dim first
+            parts = [enc.get(name)[d] for name in levels]
+            lowest = next((k for k in range(3) if parts[k] > 1), level)
+            if lowest < level:
+                return None  # this dim lives below what an inner dim already spread to
+            for k in range(3):
+                merged[k] *= parts[k]
+            level = max(level, max((k for k in range(3) if parts[k] > 1), default=level))
+        spt.append(merged[0])
+        tpw.append(merged[1])
+        wpc.append(merged[2])
+    where = {d: r for r, group in enumerate(groups) for d in group}
+    order: list[int] = []
+    for d in enc.get("order"):
+        if where[d] not in order:
+            order.append(where[d])
+    cand = blocked(spt, tpw, wpc, order)
+    return cand if _same_thread_elements(enc, src, cand, dst) else None
+
+
+def _same_thread_elements(enc: LayoutAttr, src: tuple[int, ...], cand: LayoutAttr, dst: tuple[int, ...]) -> bool:
+    """Whether every thread holds the same row-major elements under `enc` over src as under `cand` over dst (a
+    reshape between them is then a register rename)."""
     try:
         ts, td = _thread_map(enc, src), _thread_map(cand, dst)
     except ValueError:
-        return None
+        return False
     if ts.num_regs != td.num_regs or ts.num_warps != td.num_warps:
-        return None
+        return False
     src_strides = [1] * len(src)
     for i in range(len(src) - 2, -1, -1):
         src_strides[i] = src_strides[i + 1] * src[i + 1]
@@ -547,8 +603,5 @@ def _split_layout(enc: LayoutAttr, src: tuple[int, ...], dst: tuple[int, ...]) -
     def linear(c: tuple[int, ...], strides: list[int]) -> int:
         return sum(x * s for x, s in zip(c, strides))
 
-    for tid in range(ts.num_threads):
-        if sorted(linear(c, src_strides) for c in ts.elements(tid)) != sorted(
-                linear(c, dst_strides) for c in td.elements(tid)):
-            return None
-    return cand
+    return all(sorted(linear(c, src_strides) for c in ts.elements(tid)) == sorted(
+        linear(c, dst_strides) for c in td.elements(tid)) for tid in range(ts.num_threads))
