@@ -717,8 +717,11 @@ def test_f32_math_vs_float64(name: str, ref: Callable, bound: float, gen: torch.
     out = poison([n], torch.float32)
     run(elementwise_kernel(f32, f32, n, lambda k, v: k.un(name, v)), [1], [x, out])
     want = ref(x.double())
-    # numpy's float32 routines: within a few ulp (bound: relative to |want|, absolute near zero for sin/cos)
-    assert ((out.double() - want).abs() <= bound * want.abs().clamp(min=1.0 if name in ("sin", "cos") else 0)
+    # numpy's float32 routines: within a few ulp (bound: relative to |want|, absolute near zero for sin/cos and
+    # for log/log2, whose result vanishes at x = 1 while their error stays about an ulp of the argument; fresh
+    # inputs near 1 failed the relative bound now and then)
+    floor = 1.0 if name in ("sin", "cos", "log", "log2") else 0
+    assert ((out.double() - want).abs() <= bound * want.abs().clamp(min=floor)
             + (0 if bound == 0 else 1e-30)).all(), name
 
 
