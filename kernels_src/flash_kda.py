@@ -12,7 +12,8 @@ counts behind the split):
    plus the gated kg, qg. It writes them once, in bf16. Three forms (INTRA_VARIANT, or chunk_kda's
    intra_variant keyword): "sliced" (`kda_intra_chunk_sliced_kernel`, the default: [16, K] x [K, 64] score rows
    joined with mt.cat), "chunk64" (`kda_intra_chunk_kernel`: whole-chunk score dots, 3/4 of their rows dropped)
-   and "sub16" (`kda_intra_chunk_sub16_kernel`: tuples of 16-row tiles), the last two kept for A/B timing.
+   and "sub16" (`kda_intra_chunk_sub16_kernel`: tuples of 16-row tiles), the last two kept for A/B timing, and
+   "wg" (`kda_intra_chunk_wg_kernel`: one warpgroup a chunk-head, every product a bf16 wgmma; opt-in, untimed).
 2. `kda_recurrence_kernel`, sequential over the chunks of a segment, parallel over (column block, segment, head):
    v_new = u - w S;  o = qg S + Aqk v_new;  S <- Diag(2^G_last) S + kg^T v_new.  The same kernel with
    TRANSITION=True runs the recurrence on the augmented state [M | E] (identity / zero start, u = 0 on the M part) to
