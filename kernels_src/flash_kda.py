@@ -89,7 +89,7 @@ SLICED_MAX_K = 128  # above it "sliced" and "wg" run as "sub16" (intra_variant_f
 # The "wg" phase 1 (kda_intra_chunk_wg_kernel): how many bf16 parts each product's operands get (_split_dot: 1, 2
 # or 3), and ptxas's resident-program target.
 WG_SCORE_SPLIT = 1
-WG_SOLVE_SPLIT = 1
+WG_SOLVE_PRECISION = "bf16x1"  # the UT inverse's products (_solve_dot): bf16 operands
 WG_WY_SPLIT = 2
 WG_BLOCKS_PER_SM = 2
 RECURRENCE_WARPS = None  # phase 2: 4 or 8 warps; None: recurrence_warps's choice (4, measured)
@@ -248,6 +248,20 @@ def _blocks(STRUCTURED: mt.constexpr, A_KIND: mt.constexpr, B_KIND: mt.constexpr
 
 
 @mt.func
+def _solve_dot(a, b, PRECISION: mt.constexpr, STRUCTURE: mt.constexpr):
+    """A product of the UT inverse: an f32 dot in PRECISION ("tf32", "tf32x3", "ieee") with block_structure
+    STRUCTURE, or, for PRECISION "bf16x1" / "bf16x2" / "bf16x3", bf16 wgmma-friendly dots on split operands
+    (`_split_dot`; STRUCTURE is then None)."""
+    if PRECISION == "bf16x1":
+        return _split_dot(a, b, 1)
+    if PRECISION == "bf16x2":
+        return _split_dot(a, b, 2)
+    if PRECISION == "bf16x3":
+        return _split_dot(a, b, 3)
+    return mt.dot(a, b, input_precision=PRECISION, block_structure=STRUCTURE)
+
+
+@mt.func
 def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr, STRUCTURED: mt.constexpr):
     """(I - N)^-1 for N strictly lower triangular within SUBxSUB diagonal blocks (one block, or a block-diagonal
     tile of several: N^16 = 0 either way): prod_i (I + N^(2^i)), all on mt.dot. STRUCTURED: the products are
@@ -256,8 +270,8 @@ def _unit_lower_inverse(n_mat, eye, PRECISION: mt.constexpr, STRUCTURED: mt.cons
     inv = eye + n_mat
     diagonal = _blocks(STRUCTURED, "diag", "diag")
     for _ in mt.static_range(NEUMANN_STEPS):
-        power = mt.dot(power, power, input_precision=PRECISION, block_structure=diagonal)
-        inv = inv + mt.dot(inv, power, input_precision=PRECISION, block_structure=diagonal)
+        power = _solve_dot(power, power, PRECISION, diagonal)
+        inv = inv + _solve_dot(inv, power, PRECISION, diagonal)
     return inv
 
 
@@ -276,13 +290,10 @@ def _ut_inverse(lmat, ci, cj, SOLVE_PRECISION: mt.constexpr, STRUCTURED: mt.cons
     d_inv = _unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SOLVE_PRECISION, STRUCTURED)
     # F = L off its diagonal blocks: the structured dot's strict_lower mask makes it (L has no upper blocks)
     f = lmat if STRUCTURED else mt.where(same_block, 0.0, lmat)
-    m = mt.dot(d_inv, f, input_precision=SOLVE_PRECISION, block_structure=_blocks(STRUCTURED, "diag", "strict_lower"))
-    m2 = mt.dot(m, m, input_precision=SOLVE_PRECISION,
-                block_structure=_blocks(STRUCTURED, "strict_lower", "strict_lower"))
-    step = d_inv - mt.dot(m, d_inv, input_precision=SOLVE_PRECISION,
-                          block_structure=_blocks(STRUCTURED, "strict_lower", "diag"))
-    return step + mt.dot(m2, step, input_precision=SOLVE_PRECISION,
-                         block_structure=_blocks(STRUCTURED, "strict_lower", "lower"))
+    m = _solve_dot(d_inv, f, SOLVE_PRECISION, _blocks(STRUCTURED, "diag", "strict_lower"))
+    m2 = _solve_dot(m, m, SOLVE_PRECISION, _blocks(STRUCTURED, "strict_lower", "strict_lower"))
+    step = d_inv - _solve_dot(m, d_inv, SOLVE_PRECISION, _blocks(STRUCTURED, "strict_lower", "diag"))
+    return step + _solve_dot(m2, step, SOLVE_PRECISION, _blocks(STRUCTURED, "strict_lower", "lower"))
 
 
 @mt.kernel(min_blocks_per_sm=1)
@@ -578,29 +589,6 @@ def _split_dot(a, b, SPLIT: mt.constexpr):
 
 
 @mt.func
-def _wg_unit_lower_inverse(n_mat, eye, SPLIT: mt.constexpr):
-    """_unit_lower_inverse on split bf16 dots."""
-    power = n_mat
-    inv = eye + n_mat
-    for _ in mt.static_range(NEUMANN_STEPS):
-        power = _split_dot(power, power, SPLIT)
-        inv = inv + _split_dot(inv, power, SPLIT)
-    return inv
-
-
-@mt.func
-def _wg_ut_inverse(lmat, ci, cj, SPLIT: mt.constexpr):
-    """_ut_inverse on split bf16 dots."""
-    eye = (ci == cj).to(mt.float32)
-    same_block = (ci // SUB) == (cj // SUB)
-    d_inv = _wg_unit_lower_inverse(mt.where(same_block, -lmat, 0.0), eye, SPLIT)
-    m = _split_dot(d_inv, mt.where(same_block, 0.0, lmat), SPLIT)
-    m2 = _split_dot(m, m, SPLIT)
-    step = d_inv - _split_dot(m, d_inv, SPLIT)
-    return step + _split_dot(m2, step, SPLIT)
-
-
-@mt.func
 def _wg_rows(ptr, base, row_h, valid, COLS: mt.constexpr, LAYOUT: mt.constexpr):
     """_load_rows in register layout LAYOUT."""
     cols = mt.arange(0, COLS)
@@ -629,7 +617,7 @@ def _wg_scores(rows, k_end, bstart, bend, SPLIT: mt.constexpr, BT: mt.constexpr,
 @mt.func
 def _wg_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr, w_ptr, u_ptr,
               kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K: mt.constexpr, V: mt.constexpr,
-              BT: mt.constexpr, SCORE_SPLIT: mt.constexpr, SOLVE_SPLIT: mt.constexpr, WY_SPLIT: mt.constexpr,
+              BT: mt.constexpr, SCORE_SPLIT: mt.constexpr, SOLVE_PRECISION: mt.constexpr, WY_SPLIT: mt.constexpr,
               PREFETCH: mt.constexpr):
     """One chunk-head of phase 1 on one warpgroup (the body of kda_intra_chunk_wg_kernel). Gate quantities are
     kept per sub-chunk: gl = G - bound[s] (the in-sub-chunk cumsum, log2 units), tot[s] = the sub-chunk's sum,
@@ -681,7 +669,7 @@ def _wg_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias
     mt.store(aqk_ptr + base * BT + (row_h[:, None] * BT + cj), mt.where(ci >= cj, aqk * scale, 0.0),
              mask=valid[:, None])
     lmat = _wg_scores(kb_rel, k_end, bstart, bend, SCORE_SPLIT, BT, K)
-    ainv = _wg_ut_inverse(mt.where(ci > cj, lmat, 0.0), ci, cj, SOLVE_SPLIT)
+    ainv = _ut_inverse(mt.where(ci > cj, lmat, 0.0), ci, cj, SOLVE_PRECISION, False)
 
     k_wy = (_wg_sub(kb_rel.to(mt.float32), BT, K) * from_start).reshape((BT, K))
     _store_rows(w_ptr, base, row_h, valid, _split_dot(ainv, k_wy, WY_SPLIT), K)
@@ -694,18 +682,19 @@ def _wg_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias
 def kda_intra_chunk_wg_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
                               w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
                               K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, SCORE_SPLIT: mt.constexpr = 2,
-                              SOLVE_SPLIT: mt.constexpr = 3, WY_SPLIT: mt.constexpr = 2,
+                              SOLVE_PRECISION: mt.constexpr = "bf16x1", WY_SPLIT: mt.constexpr = 2,
                               PREFETCH: mt.constexpr = True):
     """Phase 1 on one warpgroup (INTRA_VARIANT "wg"): the sliced kernel's math with every product a bf16 wgmma
     (m64nNk16: the whole 64-row chunk on four warps), so no operand goes through mma.sync's ldmatrix fragments and
     no tile is split across two warpgroups. The score rows of sub-chunk s come from a whole-chunk dot whose other
     rows are dropped (4x the score MACs, which are cheap on wgmma). The f32 accuracy of the tf32 dots is kept by
-    splitting operands into bf16 hi + lo (`_split_dot`): SCORE_SPLIT for the Aqk / L scores, SOLVE_SPLIT for the
-    UT inverse's ten products, WY_SPLIT for w and u (1: bf16 operands; 2: the left one split; 3: both).
+    splitting operands into bf16 hi + lo (`_split_dot`; 1: bf16 operands, 2: the left one split, 3: both):
+    SCORE_SPLIT for the Aqk / L scores, SOLVE_PRECISION ("bf16x1" / "bf16x2" / "bf16x3", `_solve_dot`) for the UT
+    inverse's ten products, WY_SPLIT for w and u.
     PREFETCH: the chunk's rows into L1 first (as the sliced kernel's)."""
     _wg_chunk(mt.program_id(0), mt.program_id(1), q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
               chunk_ptr, w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound, K, V, BT,
-              SCORE_SPLIT, SOLVE_SPLIT, WY_SPLIT, PREFETCH)
+              SCORE_SPLIT, SOLVE_PRECISION, WY_SPLIT, PREFETCH)
 
 
 @mt.func
@@ -1465,7 +1454,7 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
         kernel = kda_intra_chunk_kernel
     elif variant == "wg":
         _launch(_wg_intra_kernel(WG_BLOCKS_PER_SM), (n_chunks, H), args, K=K, V=V, BT=CHUNK,
-                SCORE_SPLIT=WG_SCORE_SPLIT, SOLVE_SPLIT=WG_SOLVE_SPLIT, WY_SPLIT=WG_WY_SPLIT,
+                SCORE_SPLIT=WG_SCORE_SPLIT, SOLVE_PRECISION=WG_SOLVE_PRECISION, WY_SPLIT=WG_WY_SPLIT,
                 PREFETCH=INTRA_PREFETCH, num_warps=4)
         return out
     else:

@@ -34,7 +34,7 @@ from minitriton.frontend import compile_to_ir
 from minitriton.interpreter import interpret
 from minitriton.ir import Module, parse_module, print_module
 from minitriton.codegen.layout_moves import identity, register_permutation
-from minitriton.ir.layouts import WARP_SIZE, blocked, split_layout, thread_map
+from minitriton.ir.layouts import WARP_SIZE, blocked, merge_layout, split_layout, thread_map
 from minitriton.ir.mma_layouts import dot_operand_layout, mma_layout
 from minitriton.ir.types import SCALAR_TYPES, PointerType, tensor
 from minitriton.kernels.examples import attention, matmul
@@ -274,6 +274,28 @@ def test_split_layout_keeps_elements_in_their_threads() -> None:
     assert split_layout(blocked([1, 2], [8, 4], [1, 1], [1, 0]), (16, 16), (256,)) is None  # a merge
     assert split_layout(blocked([1, 2], [8, 4], [1, 1], [1, 0]), (16, 16), (8, 2, 16)) is not None
     assert split_layout(blocked([1, 2], [8, 4], [1, 1], [1, 0]), (16, 16), (4, 8, 8)) is None  # 16 -> 4 x 8 + ?
+
+
+def test_merge_layout_keeps_elements_in_their_threads() -> None:
+    """tiling's forward rule for reshapes that merge dims (merge_layout): FlashKDA's wg phase 1 views [64, K] as
+    [4, 16, K] (a warp per sub-chunk) and back; the merged layout is the split's source, and a merge whose outer
+    dim lives below its inner dim's lanes or warps (not a blocked layout) is refused."""
+    for enc2, shape3 in [(blocked([8, 8], [2, 16], [4, 1], [1, 0]), (4, 16, 128)),
+                         (blocked([2, 8], [8, 4], [4, 1], [1, 0]), (4, 16, 32)),
+                         (blocked([1, 4], [4, 8], [4, 1], [1, 0]), (16, 4, 32))]:
+        shape2 = (shape3[0] * shape3[1], shape3[2])
+        enc3 = split_layout(enc2, shape2, shape3)
+        assert enc3 is not None
+        merged = merge_layout(enc3, shape3, shape2)
+        assert merged is not None and thread_map(merged, shape2).num_regs == thread_map(enc2, shape2).num_regs
+
+        def index(c: tuple[int, ...], shape3: tuple[int, ...] = shape3) -> tuple[int, ...]:
+            return (c[0] // shape3[1], c[0] % shape3[1], c[1])
+
+        assert register_permutation(thread_map(enc3, shape3), thread_map(merged, shape2), index) is not None
+    # the outer dim's registers above the inner dim's warps: the merged index is not blocked
+    assert merge_layout(blocked([2, 1, 4], [2, 4, 4], [1, 4, 1], [2, 1, 0]), (4, 16, 16), (64, 16)) is None
+    assert merge_layout(blocked([1, 2], [8, 4], [1, 1], [1, 0]), (16, 16), (8, 2, 16)) is None  # a split
 
 
 @pytest.mark.parametrize("num_warps, n_instr, n", [(4, 64, 64), (8, 32, 64), (4, 256, 512)])
