@@ -170,6 +170,30 @@ def _store_rows(ptr, base, row_h, valid, x, COLS: mt.constexpr):
 
 
 @mt.func
+def _load_rows_in(ptr, base, row_h, valid, COLS: mt.constexpr, LAYOUT: mt.constexpr):
+    """_load_rows in register layout LAYOUT."""
+    cols = mt.arange(0, COLS)
+    return mt.load(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), mask=valid[:, None], other=0.0,
+                   layout=LAYOUT).to(mt.float32)
+
+
+@mt.func
+def _chunk_rows(chunk, h, chunk_ptr, H, BT: mt.constexpr):
+    """A chunk-head's token range from the chunk table: (start, end, in-chunk rows 0..BT, which of them are
+    tokens, the first row's offset start * H + h (i64), the rows' offsets row * H (i32))."""
+    start = mt.load(chunk_ptr + 2 * chunk)
+    end = mt.load(chunk_ptr + 2 * chunk + 1)
+    rt = mt.arange(0, BT)
+    return start, end, rt, start + rt < end, start.to(mt.int64) * H + h, rt * H
+
+
+@mt.func
+def _floored_gate(graw, valid, gate_scale, gate_bias, lower_bound):
+    """The lower-bounded gate lb * sigmoid(exp(A_log) (g + dt_bias)) of the chunk's raw rows (0 past its end)."""
+    return mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
+
+
+@mt.func
 def _load_cols(ptr, base, row_h, valid, COLS: mt.constexpr, C0: mt.constexpr, CW: mt.constexpr):
     """Columns C0..C0+CW of the rows base + row_h of a [tokens, H, COLS] tensor as f32 (as _load_rows)."""
     cols = C0 + mt.arange(0, CW)
@@ -393,16 +417,11 @@ def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_
                   CHAINS: mt.constexpr):
     """One chunk-head of the sliced phase 1 (the body of kda_intra_chunk_sliced_kernel, whose docstring says what
     it computes and what each constexpr does)."""
-    start = mt.load(chunk_ptr + 2 * chunk)
-    end = mt.load(chunk_ptr + 2 * chunk + 1)
+    start, end, rt, valid, base, row_h = _chunk_rows(chunk, h, chunk_ptr, H, BT)
     NS = BT // SUB
-    rt = mt.arange(0, BT)
     sub = mt.arange(0, SUB)
     cj = rt[None, :]
     ci = rt[:, None]
-    valid = start + rt < end
-    base = start.to(mt.int64) * H + h
-    row_h = rt * H
     gate_scale = mt.exp(mt.load(a_log_ptr + h))
     gate_bias = mt.load(dt_bias_ptr + h * K + mt.arange(0, K))
 
@@ -411,12 +430,10 @@ def _sliced_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_
     if PREFETCH:
         _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, base, row_h, valid, K, V, "L1")
     if SCAN_LAYOUT:
-        cols = mt.arange(0, K)
-        graw = mt.load(g_ptr + base * K + (row_h[:, None] * K + cols[None, :]), mask=valid[:, None], other=0.0,
-                       layout=_scan_layout(BT, WARPS)).to(mt.float32)
+        graw = _load_rows_in(g_ptr, base, row_h, valid, K, _scan_layout(BT, WARPS))
     else:
         graw = _load_rows(g_ptr, base, row_h, valid, K)
-    gate = mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
+    gate = _floored_gate(graw, valid, gate_scale, gate_bias, lower_bound)
     b = mt.where(valid, mt.sigmoid(mt.load(beta_ptr + base + row_h, mask=valid, other=0.0).to(mt.float32)), 0.0)
     gcum = mt.cumsum(gate, axis=0) * RCP_LN2
 
@@ -589,14 +606,6 @@ def _split_dot(a, b, SPLIT: mt.constexpr):
 
 
 @mt.func
-def _wg_rows(ptr, base, row_h, valid, COLS: mt.constexpr, LAYOUT: mt.constexpr):
-    """_load_rows in register layout LAYOUT."""
-    cols = mt.arange(0, COLS)
-    return mt.load(ptr + base * COLS + (row_h[:, None] * COLS + cols[None, :]), mask=valid[:, None], other=0.0,
-                   layout=LAYOUT).to(mt.float32)
-
-
-@mt.func
 def _wg_scores(rows, k_end, bstart, bend, SPLIT: mt.constexpr, BT: mt.constexpr, K: mt.constexpr):
     """[BT, BT] scores rows . cols^T, unmasked: row block s (rows 16s..16s+15, each row side scaled to its own
     sub-chunk's reference) against the columns up to the end of sub-chunk s, whose column block t <= s is k_end[t]
@@ -622,22 +631,16 @@ def _wg_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias
     """One chunk-head of phase 1 on one warpgroup (the body of kda_intra_chunk_wg_kernel). Gate quantities are
     kept per sub-chunk: gl = G - bound[s] (the in-sub-chunk cumsum, log2 units), tot[s] = the sub-chunk's sum,
     bstart[s] / bend[s] = G just before / at the end of sub-chunk s ([NS, K] tiles)."""
-    start = mt.load(chunk_ptr + 2 * chunk)
-    end = mt.load(chunk_ptr + 2 * chunk + 1)
+    start, end, rt, valid, base, row_h = _chunk_rows(chunk, h, chunk_ptr, H, BT)
     NS = BT // SUB
-    rt = mt.arange(0, BT)
     cj = rt[None, :]
     ci = rt[:, None]
-    valid = start + rt < end
-    base = start.to(mt.int64) * H + h
-    row_h = rt * H
     EL = _wg_layout(BT, K)
     if PREFETCH:
         _prefetch_chunk_rows(g_ptr, k_ptr, q_ptr, v_ptr, base, row_h, valid, K, V, "L1")
     gate_scale = mt.exp(mt.load(a_log_ptr + h))
     gate_bias = mt.load(dt_bias_ptr + h * K + mt.arange(0, K))
-    graw = _wg_rows(g_ptr, base, row_h, valid, K, EL)
-    gate = mt.where(valid[:, None], lower_bound * _sigmoid_fast(gate_scale * (graw + gate_bias[None, :])), 0.0)
+    gate = _floored_gate(_load_rows_in(g_ptr, base, row_h, valid, K, EL), valid, gate_scale, gate_bias, lower_bound)
     gate3 = _wg_sub(gate * RCP_LN2, BT, K)
     gl = mt.cumsum(gate3, axis=1)  # G - bound[s]: <= 0, >= -115.4 (16 rows at the -5 floor)
     tot = mt.sum(gate3, axis=1)
@@ -649,7 +652,7 @@ def _wg_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias
     # rel = 2^(G - bound[s]) and k_end = k 2^(bound[s+1] - G), both in [2^-115, 1]; kg, qg and w's right factor
     # (beta k 2^G) are these times per-sub-chunk factors.
     # (in this order, so that at most three [BT, K] f32 tiles are live: registers)
-    kk = _wg_sub(_l2_normalize_fast(_wg_rows(k_ptr, base, row_h, valid, K, EL)), BT, K)
+    kk = _wg_sub(_l2_normalize_fast(_load_rows_in(k_ptr, base, row_h, valid, K, EL)), BT, K)
     k_end = kk * mt.exp2(tot[:, None, :] - gl)
     _store_rows(kg_ptr, base, row_h, valid, (k_end * mt.exp2(g_last[None, :] - bend)[:, None, :]).reshape((BT, K)), K)
     k_end = k_end.to(mt.bfloat16)
@@ -657,7 +660,7 @@ def _wg_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias
     kb_rel = (kk * rel).reshape((BT, K)) * b[:, None]
     if SCORE_SPLIT == 1:
         kb_rel = kb_rel.to(mt.bfloat16)
-    q_rel = _wg_sub(_l2_normalize_fast(_wg_rows(q_ptr, base, row_h, valid, K, EL)), BT, K) * rel
+    q_rel = _wg_sub(_l2_normalize_fast(_load_rows_in(q_ptr, base, row_h, valid, K, EL)), BT, K) * rel
     from_start = mt.exp2(bstart)[:, None, :]
     _store_rows(qg_ptr, base, row_h, valid, (q_rel * (from_start * scale)).reshape((BT, K)), K)
     q_rel = q_rel.reshape((BT, K))
@@ -673,12 +676,12 @@ def _wg_chunk(chunk, h, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias
 
     k_wy = (_wg_sub(kb_rel.to(mt.float32), BT, K) * from_start).reshape((BT, K))
     _store_rows(w_ptr, base, row_h, valid, _split_dot(ainv, k_wy, WY_SPLIT), K)
-    vb = _wg_rows(v_ptr, base, row_h, valid, V, _wg_layout(BT, V)) * b[:, None]
+    vb = _load_rows_in(v_ptr, base, row_h, valid, V, _wg_layout(BT, V)) * b[:, None]
     _store_rows(u_ptr, base, row_h, valid, _split_dot(ainv, vb, WY_SPLIT), V)
     mt.store(decay_ptr + (chunk.to(mt.int64) * H + h) * K + mt.arange(0, K), mt.exp2(g_last))
 
 
-@mt.kernel(num_warps=4)
+@mt.kernel(num_warps=4, min_blocks_per_sm=2)
 def kda_intra_chunk_wg_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, chunk_ptr,
                               w_ptr, u_ptr, kg_ptr, qg_ptr, aqk_ptr, decay_ptr, H, scale, lower_bound,
                               K: mt.constexpr, V: mt.constexpr, BT: mt.constexpr, SCORE_SPLIT: mt.constexpr = 2,
@@ -1453,12 +1456,12 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
     elif variant == "chunk64":
         kernel = kda_intra_chunk_kernel
     elif variant == "wg":
-        _launch(_wg_intra_kernel(WG_BLOCKS_PER_SM), (n_chunks, H), args, K=K, V=V, BT=CHUNK,
+        _launch(_with_blocks_per_sm(kda_intra_chunk_wg_kernel, WG_BLOCKS_PER_SM, "WG_BLOCKS_PER_SM"), (n_chunks, H), args, K=K, V=V, BT=CHUNK,
                 SCORE_SPLIT=WG_SCORE_SPLIT, SOLVE_PRECISION=WG_SOLVE_PRECISION, WY_SPLIT=WG_WY_SPLIT,
                 PREFETCH=INTRA_PREFETCH, num_warps=4)
         return out
     else:
-        kernel = _sliced_intra_kernel(INTRA_BLOCKS_PER_SM)
+        kernel = _with_blocks_per_sm(kda_intra_chunk_sliced_kernel, INTRA_BLOCKS_PER_SM, "INTRA_BLOCKS_PER_SM")
         if INTRA_SCAN_LAYOUT or ACC_STORES or STRUCTURED_SOLVE or INTRA_PREFETCH or SCORE_CHAINS != 1:
             scan = dict(SCAN_LAYOUT=INTRA_SCAN_LAYOUT, WARPS=INTRA_WARPS, ACC_STORES=ACC_STORES,
                         STRUCTURED=STRUCTURED_SOLVE, PREFETCH=INTRA_PREFETCH, CHAINS=SCORE_CHAINS)
@@ -1466,31 +1469,20 @@ def _intra_chunk(q, k, v, g, beta, A_log, dt_bias, lower_bound, scale, tables: T
     return out
 
 
-_SLICED_BY_BLOCKS: dict[int, object] = {}
+_BY_BLOCKS: dict[tuple[str, int], object] = {}
 
 
-def _sliced_intra_kernel(blocks_per_sm: int):
-    """The sliced phase-1 kernel compiled for `blocks_per_sm` resident programs an SM (INTRA_BLOCKS_PER_SM)."""
-    if blocks_per_sm == 1:
-        return kda_intra_chunk_sliced_kernel
+def _with_blocks_per_sm(kernel, blocks_per_sm: int, knob: str):
+    """`kernel` compiled for `blocks_per_sm` resident programs an SM (ptxas's .minnctapersm), as module constant
+    `knob` (INTRA_BLOCKS_PER_SM, WG_BLOCKS_PER_SM) asks: the kernel itself when that is its own, else a copy."""
     if not isinstance(blocks_per_sm, int) or not 1 <= blocks_per_sm <= 4:
-        raise ValueError(f"flash_kda.INTRA_BLOCKS_PER_SM must be 1, 2, 3 or 4, got {blocks_per_sm!r}")
-    if blocks_per_sm not in _SLICED_BY_BLOCKS:
-        _SLICED_BY_BLOCKS[blocks_per_sm] = mt.kernel(min_blocks_per_sm=blocks_per_sm)(kda_intra_chunk_sliced_kernel.fn)
-    return _SLICED_BY_BLOCKS[blocks_per_sm]
-
-
-_WG_BY_BLOCKS: dict[int, object] = {}
-
-
-def _wg_intra_kernel(blocks_per_sm: int):
-    """The "wg" phase-1 kernel compiled for `blocks_per_sm` resident programs an SM (WG_BLOCKS_PER_SM)."""
-    if not isinstance(blocks_per_sm, int) or not 1 <= blocks_per_sm <= 4:
-        raise ValueError(f"flash_kda.WG_BLOCKS_PER_SM must be 1, 2, 3 or 4, got {blocks_per_sm!r}")
-    if blocks_per_sm not in _WG_BY_BLOCKS:
-        _WG_BY_BLOCKS[blocks_per_sm] = mt.kernel(num_warps=4, min_blocks_per_sm=blocks_per_sm)(
-            kda_intra_chunk_wg_kernel.fn)
-    return _WG_BY_BLOCKS[blocks_per_sm]
+        raise ValueError(f"flash_kda.{knob} must be 1, 2, 3 or 4, got {blocks_per_sm!r}")
+    if blocks_per_sm == kernel.min_blocks_per_sm:
+        return kernel
+    key = (kernel.__name__, blocks_per_sm)
+    if key not in _BY_BLOCKS:
+        _BY_BLOCKS[key] = mt.kernel(**kernel.options, min_blocks_per_sm=blocks_per_sm)(kernel.fn)
+    return _BY_BLOCKS[key]
 
 
 def intra_variant_for(variant: str, K: int) -> str:

@@ -135,6 +135,19 @@ def test_intra_variant_choice():
     assert flash_kda.intra_variant_for("chunk64", 256) == "chunk64"
 
 
+def test_blocks_per_sm_knobs():
+    """INTRA_BLOCKS_PER_SM / WG_BLOCKS_PER_SM: the kernel itself at its own .minnctapersm, a cached copy at another,
+    a ValueError naming the knob outside 1..4."""
+    sliced, wg = flash_kda.kda_intra_chunk_sliced_kernel, flash_kda.kda_intra_chunk_wg_kernel
+    assert flash_kda._with_blocks_per_sm(sliced, 1, "INTRA_BLOCKS_PER_SM") is sliced
+    assert flash_kda._with_blocks_per_sm(wg, 2, "WG_BLOCKS_PER_SM") is wg
+    copy = flash_kda._with_blocks_per_sm(wg, 3, "WG_BLOCKS_PER_SM")
+    assert copy.min_blocks_per_sm == 3 and copy.options == wg.options and copy.fn is wg.fn
+    assert flash_kda._with_blocks_per_sm(wg, 3, "WG_BLOCKS_PER_SM") is copy
+    with pytest.raises(ValueError, match="WG_BLOCKS_PER_SM must be 1, 2, 3 or 4"):
+        flash_kda._with_blocks_per_sm(wg, 5, "WG_BLOCKS_PER_SM")
+
+
 def test_unknown_intra_variant_is_an_error(interpret):
     with pytest.raises(ValueError, match="phase-1 variant"):
         flash_kda.chunk_kda(**make_inputs(1, 8, 1, 16, 16, seed=24), intra_variant="chunk32")

@@ -502,18 +502,8 @@ def split_layout(enc: LayoutAttr, src_shape: Sequence[int], dst_shape: Sequence[
 
 @lru_cache(maxsize=1024)
 def _split_layout(enc: LayoutAttr, src: tuple[int, ...], dst: tuple[int, ...]) -> LayoutAttr | None:
-    groups: list[list[int]] = []  # the result dims each source dim becomes
-    j = 0
-    for size in src:
-        group, prod = [], 1
-        while j < len(dst) and (prod < size or (dst[j] == 1 and not group)):
-            group.append(j)
-            prod *= dst[j]
-            j += 1
-        if prod != size or not group:
-            return None
-        groups.append(group)
-    if j != len(dst):
+    groups = _reshape_groups(src, dst)  # the result dims each source dim becomes
+    if groups is None:
         return None
     spt, tpw, wpc = ([0] * len(dst) for _ in range(3))
     for d, group in enumerate(groups):
@@ -547,18 +537,8 @@ def merge_layout(enc: LayoutAttr, src_shape: Sequence[int], dst_shape: Sequence[
 
 @lru_cache(maxsize=1024)
 def _merge_layout(enc: LayoutAttr, src: tuple[int, ...], dst: tuple[int, ...]) -> LayoutAttr | None:
-    groups: list[list[int]] = []  # the source dims each result dim is made of
-    i = 0
-    for size in dst:
-        group, prod = [], 1
-        while i < len(src) and (prod < size or (src[i] == 1 and not group)):
-            group.append(i)
-            prod *= src[i]
-            i += 1
-        if prod != size or not group:
-            return None
-        groups.append(group)
-    if i != len(src):
+    groups = _reshape_groups(dst, src)  # the source dims each result dim is made of
+    if groups is None:
         return None
     levels = ("sizePerThread", "threadsPerWarp", "warpsPerCTA")
     spt, tpw, wpc = [], [], []
@@ -582,6 +562,24 @@ def _merge_layout(enc: LayoutAttr, src: tuple[int, ...], dst: tuple[int, ...]) -
             order.append(where[d])
     cand = blocked(spt, tpw, wpc, order)
     return cand if _same_thread_elements(enc, src, cand, dst) else None
+
+
+def _reshape_groups(wide: tuple[int, ...], fine: tuple[int, ...]) -> list[list[int]] | None:
+    """For a row-major reshape between `wide` and `fine`: for each dim of `wide`, the consecutive dims of `fine`
+    whose sizes multiply to it, or None when the reshape is not such a split (a size-1 dim of `fine` joins the
+    next group)."""
+    groups: list[list[int]] = []
+    j = 0
+    for size in wide:
+        group, prod = [], 1
+        while j < len(fine) and (prod < size or (fine[j] == 1 and not group)):
+            group.append(j)
+            prod *= fine[j]
+            j += 1
+        if prod != size or not group:
+            return None
+        groups.append(group)
+    return groups if j == len(fine) else None
 
 
 def _same_thread_elements(enc: LayoutAttr, src: tuple[int, ...], cand: LayoutAttr, dst: tuple[int, ...]) -> bool:
